@@ -1,0 +1,43 @@
+# fabriq build, test and run targets. `make help` lists them.
+
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+BENCHTIME ?= 1s
+FUZZTIME  ?= 30s
+# Size of the large log the storage read, open and snapshot benchmarks build.
+BENCH_LOG_BYTES ?= 1073741824
+
+.PHONY: help build test lint bench fuzz run clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+build: ## build bin/fabriqd and bin/fabriq
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fabriqd ./cmd/fabriq
+
+test: ## run every unit and integration test with the race detector
+	$(GO) test -race -count=1 ./...
+
+lint: ## gofmt, go vet and staticcheck (pinned in go.mod)
+	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
+	if [ -n "$$files" ]; then echo "gofmt would change:"; echo "$$files"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./... -args -bench-log-bytes=$(BENCH_LOG_BYTES)
+
+fuzz: ## run each fuzz target for FUZZTIME
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./storage
+	$(GO) test -run '^$$' -fuzz '^FuzzRecoverSegment$$' -fuzztime $(FUZZTIME) ./storage
+
+run: build ## build and start what exists today
+	@echo "Built $(BIN)/fabriqd and $(BIN)/fabriq, version $(VERSION)."
+	@echo "The node service is not built yet: this tree holds the partition storage"
+	@echo "engine (storage/). Nothing was started. 'make test' runs its tests and"
+	@echo "'make bench' its benchmarks; the README's status table says what comes next."
+
+clean: ## remove build output
+	rm -rf $(BIN)
