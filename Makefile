@@ -27,7 +27,7 @@ lint: ## gofmt, go vet and staticcheck (pinned in go.mod)
 	$(GO) tool staticcheck ./...
 
 bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./... -args -bench-log-bytes=$(BENCH_LOG_BYTES)
+	FABRIQ_BENCH_LOG_BYTES=$(BENCH_LOG_BYTES) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
 
 fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./storage

@@ -1,17 +1,24 @@
 package storage
 
 import (
-	"flag"
-	"fmt"
+		"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 )
 
-var benchLogBytes = flag.Int64("bench-log-bytes", 1<<30, "size of the large log the read, open and snapshot benchmarks build")
+// benchLogBytes is the size of the large log that the read, open and
+// snapshot benchmarks build: FABRIQ_BENCH_LOG_BYTES, default 1 GiB.
+var benchLogBytes = func() int64 {
+	if n, err := strconv.ParseInt(os.Getenv("FABRIQ_BENCH_LOG_BYTES"), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return 1 << 30
+}()
 
 // fixtures are logs built once per test binary and removed by TestMain.
 var fixtures struct {
@@ -21,7 +28,6 @@ var fixtures struct {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
 	code := m.Run()
 	if fixtures.root != "" {
 		os.RemoveAll(fixtures.root)
@@ -43,7 +49,8 @@ func benchBatch() []Message {
 	return msgs
 }
 
-// fixture returns the directory of a closed log of about size bytes.
+// fixture returns the directory of a closed log of about size bytes, built
+// to end in a nearly full active segment: the most that Open scans.
 func fixture(b *testing.B, size int64) string {
 	b.Helper()
 	fixtures.mu.Lock()
@@ -64,7 +71,15 @@ func fixture(b *testing.B, size int64) string {
 		b.Fatal(err)
 	}
 	msgs := benchBatch()
-	for raft := uint64(1); l.Info().Bytes < size; raft++ {
+	batch := int64(len(appendBatch(nil, 0, 1, msgs)))
+	segMax := DefaultConfig().SegmentMaxBytes
+	more := func() bool {
+		if size < segMax {
+			return l.Info().Bytes < size
+		}
+		return l.Info().Bytes < size-segMax || l.active().size+batch <= segMax
+	}
+	for raft := uint64(1); more(); raft++ {
 		if _, err := l.Append(raft, msgs); err != nil {
 			b.Fatal(err)
 		}
@@ -136,7 +151,7 @@ func BenchmarkAppend(b *testing.B) {
 
 // BenchmarkReadSequential reads the whole large log from its start.
 func BenchmarkReadSequential(b *testing.B) {
-	dir := fixture(b, *benchLogBytes)
+	dir := fixture(b, benchLogBytes)
 	l, err := Open(dir, Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -165,7 +180,7 @@ func BenchmarkReadSequential(b *testing.B) {
 // BenchmarkOpen opens (and so recovers) the large log: sealed segments are
 // trusted through their indexes, the active one is scanned and checked.
 func BenchmarkOpen(b *testing.B) {
-	dir := fixture(b, *benchLogBytes)
+	dir := fixture(b, benchLogBytes)
 	b.ResetTimer()
 	for range b.N {
 		l, err := Open(dir, Config{})
@@ -183,7 +198,7 @@ func BenchmarkOpen(b *testing.B) {
 // BenchmarkSnapshot takes snapshots of a 10 MiB and of the large log; the
 // cost must not grow with the log's size.
 func BenchmarkSnapshot(b *testing.B) {
-	for _, size := range []int64{10 << 20, *benchLogBytes} {
+	for _, size := range []int64{10 << 20, benchLogBytes} {
 		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
 			l, err := Open(fixture(b, size), Config{})
 			if err != nil {
