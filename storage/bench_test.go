@@ -1,7 +1,7 @@
 package storage
 
 import (
-		"fmt"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
