@@ -1073,3 +1073,42 @@ func TestSyncedDataCutAtBatchBoundaryIsAnError(t *testing.T) {
 		t.Fatalf("open of a synced segment cut short: %v, want ErrCorrupt", err)
 	}
 }
+
+// Install leaves a log that already holds the snapshot alone, and restores
+// one that is behind.
+func TestInstall(t *testing.T) {
+	root := t.TempDir()
+	src := openLog(t, filepath.Join(root, "src"), smallConfig())
+	want := fill(t, src, 1, 40)
+	snap, err := src.Snapshot(filepath.Join(root, "snap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := snap.WriteTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	more := fill(t, src, 41, 5)
+	// The source itself holds it, and more: nothing to do.
+	restored, err := src.Install(bytes.NewReader(stream.Bytes()))
+	if err != nil || restored {
+		t.Fatalf("install on a log that holds the snapshot: restored=%v err=%v", restored, err)
+	}
+	got, err := readAll(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, append(slices.Clone(want), more...), got)
+	// A log that is behind is replaced.
+	dst := openLog(t, filepath.Join(root, "dst"), smallConfig())
+	fill(t, dst, 1, 3)
+	restored, err = dst.Install(bytes.NewReader(stream.Bytes()))
+	if err != nil || !restored {
+		t.Fatalf("install on a log that is behind: restored=%v err=%v", restored, err)
+	}
+	got, err = readAll(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, want, got)
+}

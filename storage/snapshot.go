@@ -218,6 +218,15 @@ func readSnapshotHeader(r io.Reader) (SnapshotInfo, error) {
 // survives a crash (Open finishes it). Reads and appends wait only for the
 // switch, not for the stream.
 func (l *Log) Restore(r io.Reader) error {
+	info, err := readSnapshotHeader(r)
+	if err != nil {
+		return err
+	}
+	return l.restore(info, r)
+}
+
+// restore installs the snapshot whose header was read.
+func (l *Log) restore(info SnapshotInfo, r io.Reader) error {
 	l.restoreMu.Lock()
 	defer l.restoreMu.Unlock()
 	l.mu.RLock()
@@ -233,7 +242,7 @@ func (l *Log) Restore(r io.Reader) error {
 	if err := os.Mkdir(staging, 0o755); err != nil {
 		return fmt.Errorf("storage: %w", err)
 	}
-	if err := l.stage(staging, r); err != nil {
+	if err := l.stageBody(staging, info, r); err != nil {
 		os.RemoveAll(staging)
 		return err
 	}
@@ -253,6 +262,25 @@ func (l *Log) Restore(r io.Reader) error {
 	return nil
 }
 
+// Install is Restore for a replica that may already hold the snapshot: it
+// reads the stream's header and, when the log already holds every batch
+// the snapshot holds (its LastRaftIndex and NextOffset are at least the
+// snapshot's), leaves the log as it is and reads no further. It reports
+// whether it restored. A Raft state machine calls it on every snapshot
+// restore, including the one at start-up, so a restart does not rewrite a
+// log that is already there.
+func (l *Log) Install(r io.Reader) (bool, error) {
+	info, err := readSnapshotHeader(r)
+	if err != nil {
+		return false, err
+	}
+	have := l.Info()
+	if have.LastRaftIndex >= info.LastRaftIndex && have.NextOffset >= info.NextOffset {
+		return false, nil
+	}
+	return true, l.restore(info, r)
+}
+
 // stage writes and checks a snapshot stream in the staging directory, then
 // marks it complete.
 func (l *Log) stage(staging string, r io.Reader) error {
@@ -260,6 +288,11 @@ func (l *Log) stage(staging string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	return l.stageBody(staging, info, r)
+}
+
+// stageBody stages the segments that follow a snapshot header.
+func (l *Log) stageBody(staging string, info SnapshotInfo, r io.Reader) error {
 	br := bufio.NewReaderSize(r, readBufferSize)
 	var prev *segment
 	var raft uint64
