@@ -1,0 +1,15 @@
+// Package broker is the node service of fabriq: it serves client sessions
+// (producers, consumers, lookups, admin) over the transport protocol and
+// runs, for every partition placed on the node, the partition's Raft state
+// machine that ties the storage log and the subscriptions together.
+//
+// A partition's state machine (fsm) appends each committed send entry to
+// the partition's storage.Log as one batch, keeps producer deduplication
+// state and every subscription's cursor. Its snapshot is the state, then the
+// log's hard-linked snapshot, so taking one does not copy the log. Only the
+// partition's leader dispatches messages to consumers; acks and
+// subscription changes go through Raft.
+//
+// The package sits above storage, subscription, transport, geofabric and
+// cluster, and below cmd/fabriqd.
+package broker

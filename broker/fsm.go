@@ -1,0 +1,523 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/subscription"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// entryType is the first byte of every partition Raft entry; the rest is
+// the msgpack body of the matching entry struct.
+type entryType uint8
+
+// Entry types. Never renumber: they are in every replica's Raft log.
+const (
+	entrySend entryType = iota + 1
+	entryCreateSubscription
+	entryAcks
+	entryDeleteSubscription
+	entrySeek
+)
+
+// sendEntry is a group of producers' batches committed as one Raft entry.
+type sendEntry struct {
+	// PublishTime stamps messages that carry none; the leader sets it.
+	PublishTime int64        `msgpack:"pt"`
+	Batches     []batchEntry `msgpack:"b"`
+}
+
+type batchEntry struct {
+	Producer string                  `msgpack:"p"`
+	Messages []transport.MessageData `msgpack:"m"`
+}
+
+// sendResult is what applying one batchEntry gives: the offset of each of
+// its messages (noOffset for a duplicate whose first offset is forgotten).
+type sendResult struct {
+	Offsets []uint64
+}
+
+// noOffset marks an offset that is not known.
+const noOffset = ^uint64(0)
+
+type createSubscriptionEntry struct {
+	Name    string                     `msgpack:"n"`
+	Mode    transport.SubscriptionMode `msgpack:"m"`
+	Initial transport.InitialPosition  `msgpack:"i"`
+}
+
+type ackEntry struct {
+	Acks []subAcks `msgpack:"a"`
+}
+
+type subAcks struct {
+	Sub        string   `msgpack:"s"`
+	Offsets    []uint64 `msgpack:"o"`
+	Cumulative bool     `msgpack:"c,omitempty"`
+}
+
+type deleteSubscriptionEntry struct {
+	Name string `msgpack:"n"`
+}
+
+type seekEntry struct {
+	Name   string `msgpack:"n"`
+	Offset uint64 `msgpack:"o"`
+}
+
+// encodeEntry returns the Raft bytes of an entry.
+func encodeEntry(t entryType, body any) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte(byte(t))
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(body); err != nil {
+		return nil, fmt.Errorf("broker: encode entry: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// recentSends is how many of a producer's last sends keep their offsets,
+// so that a retried duplicate is answered with its first offsets (MSG-4).
+const recentSends = 64
+
+// producerState is a producer's deduplication state.
+type producerState struct {
+	LastSeq  uint64     `msgpack:"l"`
+	Recent   []seqRange `msgpack:"r"`
+	LastTime int64      `msgpack:"t"` // publish time of its last send
+}
+
+// seqRange maps a run of sequence ids to consecutive offsets.
+type seqRange struct {
+	First  uint64 `msgpack:"f"`
+	Last   uint64 `msgpack:"l"`
+	Offset uint64 `msgpack:"o"`
+}
+
+func (p *producerState) offsetOf(seq uint64) uint64 {
+	for _, r := range p.Recent {
+		if seq >= r.First && seq <= r.Last {
+			return r.Offset + (seq - r.First)
+		}
+	}
+	return noOffset
+}
+
+// subState is a subscription's replicated state.
+type subState struct {
+	Mode   transport.SubscriptionMode `msgpack:"m"`
+	Cursor *subscription.Cursor       `msgpack:"c"`
+}
+
+// fsmState is everything the partition state machine holds besides the
+// log itself. It is what a snapshot writes before the log's stream.
+type fsmState struct {
+	// Next is the offset the next message gets; after every apply it
+	// equals the log's NextOffset.
+	Next      uint64                    `msgpack:"n"`
+	Producers map[string]*producerState `msgpack:"p"`
+	Subs      map[string]*subState      `msgpack:"s"`
+}
+
+// fsm is a partition's Raft state machine: it appends committed batches to
+// the log, keeps producer deduplication state and the subscriptions'
+// cursors. Apply runs on Raft's goroutine; readers (the dispatcher, stats)
+// take mu.
+type fsm struct {
+	log     *storage.Log
+	snapDir string // where log snapshots are made, on the log's file system
+	// applied is called after each entry is applied, with the log's next
+	// offset, so the leader's dispatchers can wake up. It must not block.
+	applied func(next uint64)
+
+	mu    sync.RWMutex
+	state fsmState
+}
+
+func newFSM(log *storage.Log, snapDir string, applied func(uint64)) *fsm {
+	return &fsm{
+		log:     log,
+		snapDir: snapDir,
+		applied: applied,
+		state: fsmState{
+			// Without a snapshot Raft replays its log from the first
+			// entry, whose messages went to offset 0.
+			Next:      0,
+			Producers: map[string]*producerState{},
+			Subs:      map[string]*subState{},
+		},
+	}
+}
+
+// Apply applies one committed entry. Domain errors are returned as values
+// (error); an entry that cannot be decoded, or a log that cannot take a
+// committed batch, stops the node: continuing would let replicas diverge.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	if len(l.Data) == 0 {
+		panic(fmt.Sprintf("broker: empty partition entry at raft index %d", l.Index))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var res any
+	var err error
+	body := l.Data[1:]
+	switch entryType(l.Data[0]) {
+	case entrySend:
+		res, err = f.applySend(l.Index, body)
+	case entryCreateSubscription:
+		res, err = f.applyCreateSubscription(body)
+	case entryAcks:
+		res, err = f.applyAcks(body)
+	case entryDeleteSubscription:
+		var e deleteSubscriptionEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			delete(f.state.Subs, e.Name)
+		}
+	case entrySeek:
+		var e seekEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			if s := f.state.Subs[e.Name]; s != nil {
+				s.Cursor.Reset(e.Offset)
+			} else {
+				res = errSubscriptionNotFound
+			}
+		}
+	default:
+		panic(fmt.Sprintf("broker: unknown partition entry type %d at raft index %d", l.Data[0], l.Index))
+	}
+	if err != nil {
+		panic(fmt.Sprintf("broker: partition entry at raft index %d: %v", l.Index, err))
+	}
+	if f.applied != nil {
+		f.applied(f.state.Next)
+	}
+	return res
+}
+
+// errSubscriptionNotFound is returned by entries naming a subscription that
+// does not exist.
+var errSubscriptionNotFound = errors.New("subscription not found")
+
+func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
+	var e sendEntry
+	if err := msgpack.Unmarshal(body, &e); err != nil {
+		return nil, err
+	}
+	results := make([]sendResult, len(e.Batches))
+	var msgs []storage.Message
+	next := f.state.Next
+	type pending struct {
+		p           *producerState
+		first, last uint64
+		offset      uint64
+	}
+	var runs []pending
+	for i, b := range e.Batches {
+		p := f.state.Producers[b.Producer]
+		if p == nil {
+			p = &producerState{}
+			f.state.Producers[b.Producer] = p
+		}
+		p.LastTime = e.PublishTime
+		offsets := make([]uint64, len(b.Messages))
+		run := pending{p: p, offset: noOffset}
+		for j, m := range b.Messages {
+			if m.SequenceID <= p.LastSeq && (p.LastSeq > 0 || len(p.Recent) > 0) {
+				offsets[j] = p.offsetOf(m.SequenceID)
+				continue
+			}
+			p.LastSeq = m.SequenceID
+			if run.offset == noOffset {
+				run.first, run.offset = m.SequenceID, next
+			}
+			run.last = m.SequenceID
+			offsets[j] = next
+			next++
+			pt := m.PublishTime
+			if pt == 0 {
+				pt = e.PublishTime
+			}
+			msgs = append(msgs, storage.Message{
+				PublishTime:  pt,
+				EventTime:    m.EventTime,
+				ProducerName: b.Producer,
+				SequenceID:   m.SequenceID,
+				Key:          m.Key,
+				OrderingKey:  m.OrderingKey,
+				Properties:   m.Properties,
+				Payload:      m.Payload,
+			})
+		}
+		if run.offset != noOffset {
+			runs = append(runs, run)
+		}
+		results[i] = sendResult{Offsets: offsets}
+	}
+	if len(msgs) > 0 {
+		if index > f.log.LastRaftIndex() {
+			off, err := f.log.Append(index, msgs)
+			if err != nil {
+				return nil, fmt.Errorf("append to the log: %w", err)
+			}
+			if off != f.state.Next {
+				return nil, fmt.Errorf("log gave offset %d, state machine expected %d", off, f.state.Next)
+			}
+		}
+		// Otherwise the batch is already in the log: a replay after a
+		// restart. The offsets are the same either way.
+	}
+	f.state.Next = next
+	for _, r := range runs {
+		r.p.Recent = append(r.p.Recent, seqRange{First: r.first, Last: r.last, Offset: r.offset})
+		if len(r.p.Recent) > recentSends {
+			r.p.Recent = r.p.Recent[len(r.p.Recent)-recentSends:]
+		}
+	}
+	return results, nil
+}
+
+// createResult says whether a subscription was created or existed.
+type createResult struct {
+	Created bool
+	Mode    transport.SubscriptionMode
+}
+
+func (f *fsm) applyCreateSubscription(body []byte) (createResult, error) {
+	var e createSubscriptionEntry
+	if err := msgpack.Unmarshal(body, &e); err != nil {
+		return createResult{}, err
+	}
+	if s, ok := f.state.Subs[e.Name]; ok {
+		return createResult{Mode: s.Mode}, nil
+	}
+	floor := f.state.Next // latest (SUB-3): nothing before now
+	if e.Initial == transport.Earliest {
+		floor = f.log.Info().StartOffset
+	}
+	f.state.Subs[e.Name] = &subState{Mode: e.Mode, Cursor: subscription.NewCursor(floor)}
+	return createResult{Created: true, Mode: e.Mode}, nil
+}
+
+func (f *fsm) applyAcks(body []byte) ([]error, error) {
+	var e ackEntry
+	if err := msgpack.Unmarshal(body, &e); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(e.Acks))
+	for i, a := range e.Acks {
+		s := f.state.Subs[a.Sub]
+		if s == nil {
+			errs[i] = errSubscriptionNotFound
+			continue
+		}
+		for _, o := range a.Offsets {
+			if o >= f.state.Next {
+				continue // the leader checks; an entry is applied as it is
+			}
+			if a.Cumulative {
+				s.Cursor.AckCumulative(o)
+			} else {
+				s.Cursor.Ack(o)
+			}
+		}
+	}
+	return errs, nil
+}
+
+// cursor returns a copy of a subscription's cursor and its mode.
+func (f *fsm) cursor(sub string) (*subscription.Cursor, transport.SubscriptionMode, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.state.Subs[sub]
+	if s == nil {
+		return nil, 0, false
+	}
+	return s.Cursor.Clone(), s.Mode, true
+}
+
+// isAcked reports whether an offset is acknowledged on a subscription.
+func (f *fsm) isAcked(sub string, offset uint64) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.state.Subs[sub]
+	return s == nil || s.Cursor.IsAcked(offset)
+}
+
+// lastSequence returns a producer's highest stored sequence id, -1 if none.
+func (f *fsm) lastSequence(producer string) int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.state.Producers[producer]
+	if p == nil || (p.LastSeq == 0 && len(p.Recent) == 0) {
+		return -1
+	}
+	return int64(p.LastSeq)
+}
+
+// subscriptions returns the names and modes of the subscriptions, with
+// their cursors copied.
+func (f *fsm) subscriptions() map[string]*subState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]*subState, len(f.state.Subs))
+	for name, s := range f.state.Subs {
+		out[name] = &subState{Mode: s.Mode, Cursor: s.Cursor.Clone()}
+	}
+	return out
+}
+
+// Snapshot captures the state and a hard-linked snapshot of the log. It
+// runs on Raft's goroutine, between applies.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	state, err := msgpack.Marshal(&f.state)
+	f.mu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("broker: encode partition state: %w", err)
+	}
+	if err := os.MkdirAll(f.snapDir, 0o755); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	dir, err := os.MkdirTemp(f.snapDir, "log-")
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	if err := os.Remove(dir); err != nil { // Log.Snapshot makes it
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	snap, err := f.log.Snapshot(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &fsmSnapshot{state: state, log: snap}, nil
+}
+
+// dirSink is the sink of a snapshot store that can take a directory of
+// hard links instead of its bytes.
+type dirSink interface {
+	AdoptDir(path string) error
+}
+
+// fsmSnapshot is a partition snapshot: the state bytes, length-prefixed,
+// then the log's snapshot stream.
+type fsmSnapshot struct {
+	state   []byte
+	log     *storage.Snapshot
+	adopted bool
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(s.state)))
+	if _, err := sink.Write(n[:]); err != nil {
+		sink.Cancel()
+		return err
+	}
+	if _, err := sink.Write(s.state); err != nil {
+		sink.Cancel()
+		return err
+	}
+	if ds, ok := sink.(dirSink); ok {
+		if err := ds.AdoptDir(s.log.Dir()); err != nil {
+			sink.Cancel()
+			return err
+		}
+		s.adopted = true
+	} else if _, err := s.log.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {
+	if !s.adopted {
+		s.log.Remove()
+	}
+}
+
+// expandLogSnapshot streams a log snapshot directory that a snapshot store
+// adopted: the store's Expand function.
+func expandLogSnapshot(dir string, w io.Writer) error {
+	snap, err := storage.OpenSnapshot(dir)
+	if err != nil {
+		return err
+	}
+	_, err = snap.WriteTo(w)
+	return err
+}
+
+// maxStateBytes bounds the state part of a snapshot stream.
+const maxStateBytes = 1 << 30
+
+// Restore replaces the state with a snapshot's. The log is rewritten only
+// when it does not already hold the snapshot's messages (storage.Install).
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var n [4]byte
+	if _, err := io.ReadFull(rc, n[:]); err != nil {
+		return fmt.Errorf("broker: snapshot state: %w", err)
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxStateBytes {
+		return fmt.Errorf("broker: snapshot state of %d bytes", size)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(rc, b); err != nil {
+		return fmt.Errorf("broker: snapshot state: %w", err)
+	}
+	var st fsmState
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("broker: snapshot state: %w", err)
+	}
+	if st.Producers == nil {
+		st.Producers = map[string]*producerState{}
+	}
+	if st.Subs == nil {
+		st.Subs = map[string]*subState{}
+	}
+	if _, err := f.log.Install(rc); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.state = st
+	f.mu.Unlock()
+	if f.applied != nil {
+		f.applied(st.Next)
+	}
+	return nil
+}
+
+// cleanSnapshotDir removes log snapshots that no snapshot store adopted:
+// what a crash between Snapshot and Persist leaves behind.
+func cleanSnapshotDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
+	return nil
+}

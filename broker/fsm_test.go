@@ -1,0 +1,245 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+func testLog(t *testing.T, dir string) *storage.Log {
+	t.Helper()
+	l, err := storage.Open(dir, storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func mustEntry(t *testing.T, typ entryType, body any) []byte {
+	t.Helper()
+	b, err := encodeEntry(typ, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sendOf(producer string, seqs ...uint64) sendEntry {
+	b := batchEntry{Producer: producer}
+	for _, s := range seqs {
+		b.Messages = append(b.Messages, transport.MessageData{SequenceID: s, Payload: []byte(fmt.Sprint(producer, s))})
+	}
+	return sendEntry{PublishTime: 1000, Batches: []batchEntry{b}}
+}
+
+func apply(f *fsm, index uint64, data []byte) any {
+	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+}
+
+// MSG-4: a retried sequence id is dropped and answered with its first
+// offset, across producers interleaved in one entry.
+func TestFSMSendDeduplicates(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	r := apply(f, 1, mustEntry(t, entrySend, sendOf("a", 0, 1, 2))).([]sendResult)
+	if fmt.Sprint(r[0].Offsets) != "[0 1 2]" {
+		t.Fatalf("offsets %v", r[0].Offsets)
+	}
+	e := sendEntry{PublishTime: 2000, Batches: []batchEntry{sendOf("b", 0).Batches[0], sendOf("a", 1, 2, 3).Batches[0]}}
+	r = apply(f, 2, mustEntry(t, entrySend, e)).([]sendResult)
+	if fmt.Sprint(r[0].Offsets) != "[3]" || fmt.Sprint(r[1].Offsets) != "[1 2 4]" {
+		t.Fatalf("offsets %v %v", r[0].Offsets, r[1].Offsets)
+	}
+	if got := f.log.NextOffset(); got != 5 {
+		t.Fatalf("log holds %d messages, want 5", got)
+	}
+	if f.lastSequence("a") != 3 || f.lastSequence("b") != 0 || f.lastSequence("c") != -1 {
+		t.Fatalf("last sequences %d %d %d", f.lastSequence("a"), f.lastSequence("b"), f.lastSequence("c"))
+	}
+}
+
+// A restart replays Raft entries the log already holds: the state machine
+// rebuilds the same offsets and dedup state, and the log gains nothing.
+func TestFSMReplayAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	l, err := storage.Open(dir, storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries [][]byte
+	entries = append(entries, mustEntry(t, entrySend, sendOf("a", 0, 1)))
+	entries = append(entries, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "s", Initial: transport.Earliest}))
+	entries = append(entries, mustEntry(t, entrySend, sendOf("a", 2)))
+	entries = append(entries, mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{{Sub: "s", Offsets: []uint64{0, 2}}}}))
+	f := newFSM(l, t.TempDir(), nil)
+	for i, e := range entries {
+		apply(f, uint64(i+1), e)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := testLog(t, dir)
+	g := newFSM(l2, t.TempDir(), nil)
+	for i, e := range entries {
+		apply(g, uint64(i+1), e)
+	}
+	r := apply(g, 5, mustEntry(t, entrySend, sendOf("a", 2, 3))).([]sendResult)
+	if fmt.Sprint(r[0].Offsets) != "[2 3]" {
+		t.Fatalf("after replay offsets %v, want [2 3]", r[0].Offsets)
+	}
+	c, _, ok := g.cursor("s")
+	if !ok || c.Floor != 1 || !c.IsAcked(2) || c.IsAcked(1) {
+		t.Fatalf("cursor after replay %+v", c)
+	}
+	if got := l2.NextOffset(); got != 4 {
+		t.Fatalf("log holds %d messages, want 4", got)
+	}
+}
+
+func TestFSMSubscriptions(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	apply(f, 1, mustEntry(t, entrySend, sendOf("a", 0, 1, 2)))
+	// SUB-3 latest by default: starts after what exists.
+	res := apply(f, 2, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "late"})).(createResult)
+	if !res.Created {
+		t.Fatal("not created")
+	}
+	apply(f, 3, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "early", Initial: transport.Earliest}))
+	// CUR-3: the initial position applies only at creation.
+	res = apply(f, 4, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "late", Initial: transport.Earliest})).(createResult)
+	if res.Created {
+		t.Fatal("created twice")
+	}
+	late, _, _ := f.cursor("late")
+	early, _, _ := f.cursor("early")
+	if late.Floor != 3 || early.Floor != 0 {
+		t.Fatalf("floors late %d early %d", late.Floor, early.Floor)
+	}
+	errs := apply(f, 5, mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{
+		{Sub: "early", Offsets: []uint64{1}, Cumulative: true}, {Sub: "nope", Offsets: []uint64{0}},
+	}})).([]error)
+	if errs[0] != nil || !errors.Is(errs[1], errSubscriptionNotFound) {
+		t.Fatalf("ack results %v", errs)
+	}
+	apply(f, 6, mustEntry(t, entrySeek, seekEntry{Name: "early", Offset: 0}))
+	if f.isAcked("early", 0) {
+		t.Fatal("seek did not reset the cursor")
+	}
+	apply(f, 7, mustEntry(t, entryDeleteSubscription, deleteSubscriptionEntry{Name: "early"}))
+	if _, _, ok := f.cursor("early"); ok {
+		t.Fatal("subscription not deleted")
+	}
+}
+
+// memSink is a snapshot sink in memory; with adopt it takes directories
+// like the cluster's snapshot store.
+type memSink struct {
+	buf     []byte
+	adopted string
+	adopt   bool
+}
+
+func (s *memSink) Write(p []byte) (int, error) { s.buf = append(s.buf, p...); return len(p), nil }
+func (s *memSink) Close() error                { return nil }
+func (s *memSink) ID() string                  { return "mem" }
+func (s *memSink) Cancel() error               { return nil }
+
+type adoptingSink struct{ memSink }
+
+func (s *adoptingSink) AdoptDir(path string) error { s.adopted = path; return nil }
+
+func TestFSMSnapshotRestore(t *testing.T) {
+	for _, adopt := range []bool{false, true} {
+		t.Run(fmt.Sprint("adopt=", adopt), func(t *testing.T) {
+			root := t.TempDir()
+			f := newFSM(testLog(t, filepath.Join(root, "a")), filepath.Join(root, "snaps"), nil)
+			apply(f, 1, mustEntry(t, entrySend, sendOf("p", 0, 1, 2, 3)))
+			apply(f, 2, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "s", Initial: transport.Earliest}))
+			apply(f, 3, mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{{Sub: "s", Offsets: []uint64{0, 2}}}}))
+			snap, err := f.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stream []byte
+			if adopt {
+				s := &adoptingSink{}
+				if err := snap.Persist(s); err != nil {
+					t.Fatal(err)
+				}
+				if s.adopted == "" {
+					t.Fatal("directory not adopted")
+				}
+				w := &memSink{buf: s.buf}
+				if err := expandLogSnapshot(s.adopted, w); err != nil {
+					t.Fatal(err)
+				}
+				stream = w.buf
+			} else {
+				s := &memSink{}
+				if err := snap.Persist(s); err != nil {
+					t.Fatal(err)
+				}
+				stream = s.buf
+			}
+			snap.Release()
+			// A new replica restores everything.
+			g := newFSM(testLog(t, filepath.Join(root, "b")), filepath.Join(root, "snaps-b"), nil)
+			if err := g.Restore(nopCloser(stream)); err != nil {
+				t.Fatal(err)
+			}
+			msgs, err := g.log.Read(0, 10, math.MaxInt)
+			if err != nil || len(msgs) != 4 || string(msgs[3].Payload) != "p3" {
+				t.Fatalf("restored log: %d messages, %v", len(msgs), err)
+			}
+			c, _, ok := g.cursor("s")
+			if !ok || c.Floor != 1 || !c.IsAcked(2) {
+				t.Fatalf("restored cursor %+v", c)
+			}
+			if g.lastSequence("p") != 3 {
+				t.Fatal("dedup state not restored")
+			}
+			r := apply(g, 4, mustEntry(t, entrySend, sendOf("p", 3, 4))).([]sendResult)
+			if fmt.Sprint(r[0].Offsets) != "[3 4]" {
+				t.Fatalf("offsets after restore %v", r[0].Offsets)
+			}
+		})
+	}
+}
+
+type readCloser struct {
+	b []byte
+}
+
+func (r *readCloser) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+func (r *readCloser) Close() error { return nil }
+
+func nopCloser(b []byte) *readCloser { return &readCloser{b: b} }
+
+func TestFSMRefusesUnknownEntries(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	for _, data := range [][]byte{{}, {99}, {byte(entrySend), 0xc1}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("entry %v applied without stopping", data)
+				}
+			}()
+			apply(f, 1, data)
+		}()
+	}
+}
