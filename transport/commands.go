@@ -1,0 +1,499 @@
+package transport
+
+// ProtocolVersion is the version of the protocol this package speaks. A
+// peer whose Connect names another version is refused with
+// CodeVersionMismatch.
+const ProtocolVersion = 1
+
+// CommandType identifies a command on the wire. Values are part of the
+// protocol: never renumber, only append.
+type CommandType uint8
+
+// Command types.
+const (
+	TypeConnect CommandType = iota + 1
+	TypeConnected
+	TypePing
+	TypePong
+	TypeLookup
+	TypeLookupResult
+	TypePartitionedMetadata
+	TypePartitionedMetadataResult
+	TypeCreateProducer
+	TypeProducerReady
+	TypeSend
+	TypeSendReceipt
+	TypeSendError
+	TypeSubscribe
+	TypeSubscribeReady
+	TypeFlow
+	TypeMessage
+	TypeAck
+	TypeNack
+	TypeRedeliverUnacked
+	TypeSeek
+	TypeUnsubscribe
+	TypeCloseProducer
+	TypeCloseConsumer
+	TypeActiveConsumerChange
+	TypeCreateStream
+	TypeDeleteStream
+	TypeListStreams
+	TypeListStreamsResult
+	TypeDescribeStream
+	TypeDescribeStreamResult
+	TypeSuccess
+	TypeError
+)
+
+// Command is one protocol command. Every command type is a pointer to one
+// of the structs below.
+type Command interface {
+	Type() CommandType
+}
+
+// Connect opens a session; it must be the first command a client sends.
+type Connect struct {
+	ProtocolVersion int    `msgpack:"v"`
+	ClientName      string `msgpack:"n,omitempty"`
+	ClientVersion   string `msgpack:"cv,omitempty"`
+	// AuthToken is reserved for token authentication.
+	AuthToken string `msgpack:"t,omitempty"`
+}
+
+// Connected accepts a Connect.
+type Connected struct {
+	ProtocolVersion int    `msgpack:"v"`
+	ServerVersion   string `msgpack:"sv,omitempty"`
+	NodeID          string `msgpack:"node,omitempty"`
+	// MaxFrameSize is the largest frame the server accepts.
+	MaxFrameSize int `msgpack:"mf,omitempty"`
+}
+
+// Ping asks the peer to answer Pong; either side may send it.
+type Ping struct{}
+
+// Pong answers Ping.
+type Pong struct{}
+
+// Lookup asks which node leads a stream partition.
+type Lookup struct {
+	RequestID uint64 `msgpack:"r"`
+	Stream    string `msgpack:"s"` // a partition's full name
+}
+
+// LookupResult answers Lookup: Here when the node asked is the leader,
+// else the client address of the leader.
+type LookupResult struct {
+	RequestID uint64 `msgpack:"r"`
+	Here      bool   `msgpack:"h,omitempty"`
+	Address   string `msgpack:"a,omitempty"`
+	NodeID    string `msgpack:"node,omitempty"`
+}
+
+// PartitionedMetadata asks how many partitions a stream has.
+type PartitionedMetadata struct {
+	RequestID uint64 `msgpack:"r"`
+	Stream    string `msgpack:"s"`
+}
+
+// PartitionedMetadataResult answers PartitionedMetadata.
+type PartitionedMetadataResult struct {
+	RequestID  uint64 `msgpack:"r"`
+	Partitions int32  `msgpack:"p"`
+}
+
+// CreateProducer attaches a producer to a stream partition. An empty
+// ProducerName asks the broker to generate one.
+type CreateProducer struct {
+	RequestID    uint64 `msgpack:"r"`
+	ProducerID   uint64 `msgpack:"id"`
+	Stream       string `msgpack:"s"`
+	ProducerName string `msgpack:"n,omitempty"`
+}
+
+// ProducerReady accepts a CreateProducer. LastSequenceID is the highest
+// sequence id the partition has stored for this producer name, -1 if none.
+type ProducerReady struct {
+	RequestID      uint64 `msgpack:"r"`
+	ProducerName   string `msgpack:"n"`
+	LastSequenceID int64  `msgpack:"ls"`
+}
+
+// MessageData is one message as producers send it and consumers receive it.
+type MessageData struct {
+	Key         string            `msgpack:"k,omitempty"`
+	OrderingKey []byte            `msgpack:"ok,omitempty"`
+	Properties  map[string]string `msgpack:"p,omitempty"`
+	EventTime   int64             `msgpack:"et,omitempty"`
+	PublishTime int64             `msgpack:"pt,omitempty"`
+	// ProducerName is set on delivery; producers leave it empty.
+	ProducerName string `msgpack:"pn,omitempty"`
+	SequenceID   uint64 `msgpack:"sq"`
+	Payload      []byte `msgpack:"d"`
+}
+
+// Send carries a batch of messages of one producer; sequence ids increase
+// within the batch.
+type Send struct {
+	ProducerID uint64        `msgpack:"id"`
+	Messages   []MessageData `msgpack:"m"`
+}
+
+// SendReceipt acknowledges a Send once it is committed: Offsets[i] is the
+// offset of the Send's i-th message (for a duplicate, the offset it was
+// first stored at).
+type SendReceipt struct {
+	ProducerID uint64   `msgpack:"id"`
+	SequenceID uint64   `msgpack:"sq"` // the first message's
+	Offsets    []uint64 `msgpack:"o"`
+}
+
+// SendError refuses or fails a Send.
+type SendError struct {
+	ProducerID uint64    `msgpack:"id"`
+	SequenceID uint64    `msgpack:"sq"`
+	Code       ErrorCode `msgpack:"c"`
+	Message    string    `msgpack:"m,omitempty"`
+	LeaderHint string    `msgpack:"l,omitempty"`
+}
+
+// SubscriptionMode is a subscription's type.
+type SubscriptionMode uint8
+
+// Subscription modes; Exclusive is the default.
+const (
+	Exclusive SubscriptionMode = iota
+	Shared
+	Failover
+	KeyShared
+)
+
+// InitialPosition is where a new subscription starts.
+type InitialPosition uint8
+
+// Initial positions; Latest is the default.
+const (
+	Latest InitialPosition = iota
+	Earliest
+)
+
+// KeySharedMode is how a key_shared subscription assigns hashes.
+type KeySharedMode uint8
+
+// Key_shared modes; AutoSplit is the default.
+const (
+	AutoSplit KeySharedMode = iota
+	Sticky
+)
+
+// HashRange is an inclusive range of key hash slots, 0..65535.
+type HashRange struct {
+	Start int32 `msgpack:"s"`
+	End   int32 `msgpack:"e"`
+}
+
+// KeySharedPolicy configures a key_shared consumer.
+type KeySharedPolicy struct {
+	Mode            KeySharedMode `msgpack:"m,omitempty"`
+	Ranges          []HashRange   `msgpack:"r,omitempty"`
+	AllowOutOfOrder bool          `msgpack:"o,omitempty"`
+}
+
+// Subscribe attaches a consumer to a subscription of a stream partition.
+type Subscribe struct {
+	RequestID       uint64           `msgpack:"r"`
+	ConsumerID      uint64           `msgpack:"id"`
+	Stream          string           `msgpack:"s"`
+	Subscription    string           `msgpack:"sub"`
+	Mode            SubscriptionMode `msgpack:"m,omitempty"`
+	ConsumerName    string           `msgpack:"n,omitempty"`
+	InitialPosition InitialPosition  `msgpack:"ip,omitempty"`
+	PriorityLevel   int32            `msgpack:"pl,omitempty"`
+	KeyShared       *KeySharedPolicy `msgpack:"ks,omitempty"`
+	// NonDurable makes a reader's subscription: no cursor outlives it.
+	NonDurable bool `msgpack:"nd,omitempty"`
+	// StartOffset, for a non-durable subscription, is where reading starts.
+	StartOffset *uint64 `msgpack:"so,omitempty"`
+}
+
+// SubscribeReady accepts a Subscribe.
+type SubscribeReady struct {
+	RequestID    uint64 `msgpack:"r"`
+	ConsumerName string `msgpack:"n"`
+}
+
+// Flow grants a consumer permits: how many more messages it may be sent.
+type Flow struct {
+	ConsumerID uint64 `msgpack:"id"`
+	Permits    int64  `msgpack:"p"`
+}
+
+// Delivered is one message pushed to a consumer.
+type Delivered struct {
+	Offset          uint64      `msgpack:"o"`
+	RedeliveryCount uint32      `msgpack:"rc,omitempty"`
+	Data            MessageData `msgpack:"d"`
+}
+
+// Message pushes messages to a consumer, within its permits.
+type Message struct {
+	ConsumerID uint64      `msgpack:"id"`
+	Messages   []Delivered `msgpack:"m"`
+}
+
+// Ack acknowledges messages. Cumulative acknowledges everything up to and
+// including the one offset given. A RequestID other than zero asks for a
+// receipt (Success or Error) once the ack is committed.
+type Ack struct {
+	RequestID  uint64   `msgpack:"r,omitempty"`
+	ConsumerID uint64   `msgpack:"id"`
+	Offsets    []uint64 `msgpack:"o"`
+	Cumulative bool     `msgpack:"c,omitempty"`
+}
+
+// Nack asks for messages to be redelivered after the nack delay.
+type Nack struct {
+	ConsumerID uint64   `msgpack:"id"`
+	Offsets    []uint64 `msgpack:"o"`
+}
+
+// RedeliverUnacked asks for the given unacked messages (all of them when
+// Offsets is empty) to be delivered again.
+type RedeliverUnacked struct {
+	ConsumerID uint64   `msgpack:"id"`
+	Offsets    []uint64 `msgpack:"o,omitempty"`
+}
+
+// Seek resets a subscription's cursor to an offset (inclusive) or, with
+// ByTime, to the first message published at or after PublishTime.
+type Seek struct {
+	RequestID   uint64 `msgpack:"r"`
+	ConsumerID  uint64 `msgpack:"id"`
+	Offset      uint64 `msgpack:"o,omitempty"`
+	ByTime      bool   `msgpack:"bt,omitempty"`
+	PublishTime int64  `msgpack:"pt,omitempty"`
+}
+
+// Unsubscribe deletes the consumer's subscription.
+type Unsubscribe struct {
+	RequestID  uint64 `msgpack:"r"`
+	ConsumerID uint64 `msgpack:"id"`
+	Force      bool   `msgpack:"f,omitempty"`
+}
+
+// CloseProducer closes a producer; either side may send it (the broker with
+// RequestID zero, when it can no longer serve it).
+type CloseProducer struct {
+	RequestID  uint64 `msgpack:"r,omitempty"`
+	ProducerID uint64 `msgpack:"id"`
+}
+
+// CloseConsumer closes a consumer; either side may send it.
+type CloseConsumer struct {
+	RequestID  uint64 `msgpack:"r,omitempty"`
+	ConsumerID uint64 `msgpack:"id"`
+}
+
+// ActiveConsumerChange tells a failover consumer it became active or
+// inactive.
+type ActiveConsumerChange struct {
+	ConsumerID uint64 `msgpack:"id"`
+	Active     bool   `msgpack:"a"`
+}
+
+// CreateStream creates a stream with its partitions.
+type CreateStream struct {
+	RequestID  uint64 `msgpack:"r"`
+	Stream     string `msgpack:"s"`
+	Partitions int32  `msgpack:"p"`
+	Replicas   int32  `msgpack:"rf"`
+}
+
+// DeleteStream deletes a stream; without Force it is refused while
+// producers or consumers are attached.
+type DeleteStream struct {
+	RequestID uint64 `msgpack:"r"`
+	Stream    string `msgpack:"s"`
+	Force     bool   `msgpack:"f,omitempty"`
+}
+
+// ListStreams lists the streams of one fabric, "TENANT/FABRIC".
+type ListStreams struct {
+	RequestID uint64 `msgpack:"r"`
+	Fabric    string `msgpack:"f"`
+}
+
+// ListStreamsResult answers ListStreams with full stream names, sorted.
+type ListStreamsResult struct {
+	RequestID uint64   `msgpack:"r"`
+	Streams   []string `msgpack:"s"`
+}
+
+// DescribeStream asks for a stream's partitions and subscriptions.
+type DescribeStream struct {
+	RequestID uint64 `msgpack:"r"`
+	Stream    string `msgpack:"s"`
+}
+
+// DescribeStreamResult answers DescribeStream.
+type DescribeStreamResult struct {
+	RequestID uint64     `msgpack:"r"`
+	Info      StreamInfo `msgpack:"i"`
+}
+
+// StreamInfo describes a stream.
+type StreamInfo struct {
+	Stream     string          `msgpack:"s" json:"stream"`
+	Replicas   int32           `msgpack:"rf" json:"replicas"`
+	Partitions []PartitionInfo `msgpack:"p" json:"partitions"`
+}
+
+// PartitionInfo describes one partition of a stream.
+type PartitionInfo struct {
+	Partition     int32              `msgpack:"n" json:"partition"`
+	Leader        string             `msgpack:"l" json:"leader"`
+	Replicas      []string           `msgpack:"r" json:"replicas"`
+	StartOffset   uint64             `msgpack:"so" json:"start_offset"`
+	NextOffset    uint64             `msgpack:"no" json:"next_offset"`
+	Subscriptions []SubscriptionInfo `msgpack:"s" json:"subscriptions"`
+}
+
+// SubscriptionInfo describes a subscription of one partition.
+type SubscriptionInfo struct {
+	Name       string         `msgpack:"n" json:"name"`
+	Mode       string         `msgpack:"m" json:"mode"`
+	Backlog    uint64         `msgpack:"b" json:"backlog"`
+	MarkDelete int64          `msgpack:"md" json:"mark_delete"`
+	Consumers  []ConsumerInfo `msgpack:"c" json:"consumers"`
+}
+
+// ConsumerInfo describes a consumer of a subscription.
+type ConsumerInfo struct {
+	Name    string `msgpack:"n" json:"name"`
+	Role    string `msgpack:"r,omitempty" json:"role,omitempty"`
+	Unacked int64  `msgpack:"u" json:"unacked"`
+	Permits int64  `msgpack:"p" json:"permits"`
+}
+
+// Success answers a request that has no other result.
+type Success struct {
+	RequestID uint64 `msgpack:"r"`
+}
+
+// Error answers a request that failed (RequestID zero for a connection
+// level error, sent before the connection is closed). It is also a Go
+// error.
+type Error struct {
+	RequestID  uint64    `msgpack:"r,omitempty"`
+	Code       ErrorCode `msgpack:"c"`
+	Message    string    `msgpack:"m,omitempty"`
+	LeaderHint string    `msgpack:"l,omitempty"` // client address of the leader, with CodeNotLeader
+}
+
+func (*Connect) Type() CommandType                   { return TypeConnect }
+func (*Connected) Type() CommandType                 { return TypeConnected }
+func (*Ping) Type() CommandType                      { return TypePing }
+func (*Pong) Type() CommandType                      { return TypePong }
+func (*Lookup) Type() CommandType                    { return TypeLookup }
+func (*LookupResult) Type() CommandType              { return TypeLookupResult }
+func (*PartitionedMetadata) Type() CommandType       { return TypePartitionedMetadata }
+func (*PartitionedMetadataResult) Type() CommandType { return TypePartitionedMetadataResult }
+func (*CreateProducer) Type() CommandType            { return TypeCreateProducer }
+func (*ProducerReady) Type() CommandType             { return TypeProducerReady }
+func (*Send) Type() CommandType                      { return TypeSend }
+func (*SendReceipt) Type() CommandType               { return TypeSendReceipt }
+func (*SendError) Type() CommandType                 { return TypeSendError }
+func (*Subscribe) Type() CommandType                 { return TypeSubscribe }
+func (*SubscribeReady) Type() CommandType            { return TypeSubscribeReady }
+func (*Flow) Type() CommandType                      { return TypeFlow }
+func (*Message) Type() CommandType                   { return TypeMessage }
+func (*Ack) Type() CommandType                       { return TypeAck }
+func (*Nack) Type() CommandType                      { return TypeNack }
+func (*RedeliverUnacked) Type() CommandType          { return TypeRedeliverUnacked }
+func (*Seek) Type() CommandType                      { return TypeSeek }
+func (*Unsubscribe) Type() CommandType               { return TypeUnsubscribe }
+func (*CloseProducer) Type() CommandType             { return TypeCloseProducer }
+func (*CloseConsumer) Type() CommandType             { return TypeCloseConsumer }
+func (*ActiveConsumerChange) Type() CommandType      { return TypeActiveConsumerChange }
+func (*CreateStream) Type() CommandType              { return TypeCreateStream }
+func (*DeleteStream) Type() CommandType              { return TypeDeleteStream }
+func (*ListStreams) Type() CommandType               { return TypeListStreams }
+func (*ListStreamsResult) Type() CommandType         { return TypeListStreamsResult }
+func (*DescribeStream) Type() CommandType            { return TypeDescribeStream }
+func (*DescribeStreamResult) Type() CommandType      { return TypeDescribeStreamResult }
+func (*Success) Type() CommandType                   { return TypeSuccess }
+func (*Error) Type() CommandType                     { return TypeError }
+
+// newCommand returns a zero command of type t, or nil for an unknown type.
+func newCommand(t CommandType) Command {
+	switch t {
+	case TypeConnect:
+		return new(Connect)
+	case TypeConnected:
+		return new(Connected)
+	case TypePing:
+		return new(Ping)
+	case TypePong:
+		return new(Pong)
+	case TypeLookup:
+		return new(Lookup)
+	case TypeLookupResult:
+		return new(LookupResult)
+	case TypePartitionedMetadata:
+		return new(PartitionedMetadata)
+	case TypePartitionedMetadataResult:
+		return new(PartitionedMetadataResult)
+	case TypeCreateProducer:
+		return new(CreateProducer)
+	case TypeProducerReady:
+		return new(ProducerReady)
+	case TypeSend:
+		return new(Send)
+	case TypeSendReceipt:
+		return new(SendReceipt)
+	case TypeSendError:
+		return new(SendError)
+	case TypeSubscribe:
+		return new(Subscribe)
+	case TypeSubscribeReady:
+		return new(SubscribeReady)
+	case TypeFlow:
+		return new(Flow)
+	case TypeMessage:
+		return new(Message)
+	case TypeAck:
+		return new(Ack)
+	case TypeNack:
+		return new(Nack)
+	case TypeRedeliverUnacked:
+		return new(RedeliverUnacked)
+	case TypeSeek:
+		return new(Seek)
+	case TypeUnsubscribe:
+		return new(Unsubscribe)
+	case TypeCloseProducer:
+		return new(CloseProducer)
+	case TypeCloseConsumer:
+		return new(CloseConsumer)
+	case TypeActiveConsumerChange:
+		return new(ActiveConsumerChange)
+	case TypeCreateStream:
+		return new(CreateStream)
+	case TypeDeleteStream:
+		return new(DeleteStream)
+	case TypeListStreams:
+		return new(ListStreams)
+	case TypeListStreamsResult:
+		return new(ListStreamsResult)
+	case TypeDescribeStream:
+		return new(DescribeStream)
+	case TypeDescribeStreamResult:
+		return new(DescribeStreamResult)
+	case TypeSuccess:
+		return new(Success)
+	case TypeError:
+		return new(Error)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package transport
+
+import "fmt"
+
+// ErrorCode is a stable, named error code carried by Error and SendError.
+// Values are part of the protocol: never renumber, only append.
+type ErrorCode uint16
+
+// Error codes.
+const (
+	CodeUnknown              ErrorCode = iota + 1 // an unexpected failure
+	CodeProtocol                                  // a malformed or unexpected frame
+	CodeVersionMismatch                           // Connect named another protocol version
+	CodeNotLeader                                 // this node does not lead the partition; see LeaderHint
+	CodeStreamNotFound                            // no such stream or partition
+	CodeStreamExists                              // CreateStream of a stream that exists
+	CodeInvalidName                               // a malformed stream, subscription or producer name
+	CodeInvalidArgument                           // a request field out of range
+	CodeProducerBusy                              // a producer with that name is attached
+	CodeConsumerBusy                              // an exclusive consumer is attached
+	CodeSubscriptionBusy                          // the subscription is of another mode or policy
+	CodeSubscriptionNotFound                      // no such subscription
+	CodeNotAllowed                                // the operation is not allowed in this state or mode
+	CodeTooLarge                                  // a message or frame above the limit
+	CodeTimeout                                   // the operation did not complete in time
+	CodeConsumerAssignError                       // a key_shared range conflict
+	CodeServiceNotReady                           // the node cannot serve yet (no leader, starting, stopping)
+	CodeProducerNotFound                          // no such producer on this connection
+	CodeConsumerNotFound                          // no such consumer on this connection
+	CodeClosed                                    // the producer, consumer or connection is closed
+)
+
+var codeNames = map[ErrorCode]string{
+	CodeUnknown:              "Unknown",
+	CodeProtocol:             "ProtocolError",
+	CodeVersionMismatch:      "VersionMismatch",
+	CodeNotLeader:            "NotLeader",
+	CodeStreamNotFound:       "StreamNotFound",
+	CodeStreamExists:         "StreamExists",
+	CodeInvalidName:          "InvalidName",
+	CodeInvalidArgument:      "InvalidArgument",
+	CodeProducerBusy:         "ProducerBusy",
+	CodeConsumerBusy:         "ConsumerBusy",
+	CodeSubscriptionBusy:     "SubscriptionBusy",
+	CodeSubscriptionNotFound: "SubscriptionNotFound",
+	CodeNotAllowed:           "NotAllowed",
+	CodeTooLarge:             "TooLarge",
+	CodeTimeout:              "Timeout",
+	CodeConsumerAssignError:  "ConsumerAssignError",
+	CodeServiceNotReady:      "ServiceNotReady",
+	CodeProducerNotFound:     "ProducerNotFound",
+	CodeConsumerNotFound:     "ConsumerNotFound",
+	CodeClosed:               "Closed",
+}
+
+// String returns the code's name, as Pulsar users know it where it has one.
+func (c ErrorCode) String() string {
+	if n, ok := codeNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("ErrorCode(%d)", uint16(c))
+}
+
+// Error makes *Error a Go error: "Code: message".
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Code.String()
+	}
+	return e.Code.String() + ": " + e.Message
+}
+
+// Is makes errors.Is(err, &Error{Code: c}) match any *Error with code c.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && t.Message == "" && t.RequestID == 0
+}
