@@ -1,0 +1,58 @@
+// Package cluster runs the Raft groups of a fabriq node.
+//
+// Every partition is its own Raft group, and a node hosts many of them over
+// one TCP port. This package owns that plumbing: the listener shared by all
+// groups, one hashicorp/raft instance per group with its stores, and a
+// snapshot store in which a snapshot of a large partition log costs a few
+// file-system operations instead of a copy. Gossip membership, the metadata
+// group, the leader routing table and replica placement will live here too;
+// they are not built yet.
+//
+// The package does not know what a group replicates. The caller (the
+// broker's partition state machine) supplies a raft.FSM; cluster delivers
+// committed entries to it, asks it for snapshots, and restores it. Raft
+// server ids are stable node ids, never addresses.
+//
+// Main types:
+//
+//   - Mux: splits the node's Raft listener between groups. Each connection
+//     opens with a header naming its group ("FQRG", a version byte, the
+//     group id's length and the id); a bad header or an unknown group
+//     closes that connection and nothing else.
+//   - Layer: one group's share of a Mux, the raft.StreamLayer its
+//     NetworkTransport accepts and dials through.
+//   - Group: one Raft group on this node. OpenGroup, Bootstrap, Apply,
+//     Barrier, leadership (IsLeader, Leader, Term, WatchLeader,
+//     WaitForLeader), membership (Servers, AddVoter, AddNonvoter,
+//     RemoveServer, TransferLeadership), Snapshot, Stats, Close.
+//   - SnapshotStore and DirSink: a raft.SnapshotStore whose sinks can adopt
+//     a directory of hard links (a storage.Snapshot) by renaming it, and
+//     that expands it back into bytes through an ExpandFunc when the
+//     snapshot is read.
+//
+// Lifecycle of a node: create the Mux on the Raft listener and Start it;
+// open each Group (OpenGroup registers its Layer on the Mux); Bootstrap a
+// new group from every initial member with the same server list; on
+// shutdown close every Group, then the Mux. Group.Close stops Raft, then
+// the transport and every connection of the group, then the store, and is
+// idempotent.
+//
+// Waiting: every call that waits for Raft takes a context and never waits
+// past its deadline, or past GroupConfig.OpTimeout when it has none. All
+// of them wait on Raft futures through one helper, so an Apply cannot hang
+// when a majority is gone. A deadline gives ErrTimeout; the outcome of an
+// Apply that timed out, or that failed with ErrLeadershipLost, is unknown.
+//
+// Errors are the sentinels of errors.go, tested with errors.Is. An
+// operation that needs the leader fails elsewhere with a *NotLeaderError
+// naming the leader this node knows of, so the caller can redirect.
+//
+// Leadership changes come through WatchLeader: a channel holding the latest
+// Leadership, fed from a Raft observer that never blocks Raft.
+//
+// Logs go to the *slog.Logger of the configuration; hashicorp/raft's hclog
+// output is bridged into it (Trace at LevelTrace).
+//
+// DESIGN.md beside this file describes the wire header, the snapshot
+// store's disk layout and the decisions behind them.
+package cluster

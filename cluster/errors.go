@@ -1,0 +1,66 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the cluster package. Test for them with errors.Is. The
+// Group methods that wait for Raft map hashicorp/raft's errors to these
+// (DESIGN.md has the table).
+var (
+	// ErrClosed is returned by every method of a Group, Mux or Layer after
+	// Close, and by a Group whose Raft instance has shut down (for example
+	// after this node was removed from the group).
+	ErrClosed = errors.New("cluster: closed")
+	// ErrNotLeader is matched by every *NotLeaderError: the operation must
+	// run on the group's leader and this node is not it.
+	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrLeadershipLost is returned by Apply and Barrier when this node lost
+	// leadership while the entry was in flight. The entry may or may not be
+	// committed: the caller cannot tell, as with ErrTimeout.
+	ErrLeadershipLost = errors.New("cluster: leadership lost while committing")
+	// ErrTimeout is returned when an operation's deadline passed before Raft
+	// answered. For Apply the entry may still commit later. The error also
+	// matches context.DeadlineExceeded when the deadline came from a context.
+	ErrTimeout = errors.New("cluster: timed out")
+	// ErrNothingToSnapshot is returned by Group.Snapshot when the FSM has
+	// applied nothing yet.
+	ErrNothingToSnapshot = errors.New("cluster: nothing new to snapshot")
+	// ErrGroupExists is returned by Mux.Layer for a group that already has a
+	// layer on that mux.
+	ErrGroupExists = errors.New("cluster: group already registered")
+	// ErrBadGroupID is returned for a group id that is empty or longer than
+	// MaxGroupIDLen bytes.
+	ErrBadGroupID = errors.New("cluster: bad group id")
+	// ErrBadHeader is the reason logged when an incoming connection does not
+	// open with a valid header; the connection is closed.
+	ErrBadHeader = errors.New("cluster: bad connection header")
+	// ErrNoExpand is returned by DirSink.AdoptDir when the snapshot store has
+	// no Expand function, so it could not turn the directory back into bytes.
+	ErrNoExpand = errors.New("cluster: snapshot store cannot adopt directories: no Expand function")
+	// ErrBadSnapshot is returned by SnapshotStore.Open for a snapshot whose
+	// metadata or state file is damaged, or whose expanded content does not
+	// have the size recorded when it was taken.
+	ErrBadSnapshot = errors.New("cluster: bad snapshot")
+)
+
+// NotLeaderError is returned when an operation that needs the leader runs on
+// another node. Leader names the leader this node knows of; both fields are
+// empty when it knows none (an election is under way, or leadership is being
+// transferred). errors.Is(err, ErrNotLeader) is true for it.
+type NotLeaderError struct {
+	Group      string // group id
+	LeaderID   string // node id of the known leader, or ""
+	LeaderAddr string // Raft address of the known leader, or ""
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" {
+		return fmt.Sprintf("cluster: group %s: not the leader, leader unknown", e.Group)
+	}
+	return fmt.Sprintf("cluster: group %s: not the leader, leader is %s at %s", e.Group, e.LeaderID, e.LeaderAddr)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) true for every *NotLeaderError.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }

@@ -1,0 +1,517 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// Paths inside GroupConfig.Dir.
+const (
+	raftDBFile   = "raft.db"
+	snapshotsDir = "snapshots"
+	// boltLockTimeout bounds the wait for raft.db's file lock, held by
+	// another Group (or process) using the same directory.
+	boltLockTimeout = time.Second
+)
+
+// Server is one member of a group's configuration.
+type Server struct {
+	ID      string // stable node id, the Raft server id
+	Address string // the node's Raft address, host:port
+	Voter   bool   // false for a non-voter, which replicates but does not vote
+}
+
+// Group is one Raft group on this node: a hashicorp/raft instance with its
+// raft-boltdb log and stable store (DIR/raft.db), its SnapshotStore
+// (DIR/snapshots/), a NetworkTransport over the group's Layer of the node's
+// Mux, and the caller's FSM.
+//
+// Every method that waits for Raft takes a context; an operation whose
+// context has no deadline gets GroupConfig.OpTimeout. Errors are this
+// package's sentinels: *NotLeaderError, ErrLeadershipLost, ErrTimeout,
+// ErrClosed.
+type Group struct {
+	id      string
+	nodeID  string
+	addr    string
+	cfg     GroupConfig
+	logger  *slog.Logger
+	raft    *raft.Raft
+	trans   *raft.NetworkTransport
+	layer   *Layer
+	store   *raftboltdb.BoltStore
+	snaps   *SnapshotStore
+	obs     *raft.Observer
+	obsCh   chan raft.Observation
+	stop    chan struct{} // closed by Close: stops the leadership loop
+	stopped chan struct{} // closed when the leadership loop returned
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu       sync.Mutex
+	closed   bool
+	waiters  sync.WaitGroup // goroutines waiting on raft futures
+	current  Leadership
+	watchers map[*LeaderWatch]struct{}
+}
+
+// OpenGroup opens the group's stores in cfg.Dir, registers the group on
+// cfg.Mux and starts its Raft instance, which restores the newest snapshot
+// unless NoSnapshotRestoreOnStart. A new group has no configuration until
+// Bootstrap, or until a leader adds this node. Close releases everything.
+func OpenGroup(cfg GroupConfig) (*Group, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	logger := cfg.Logger.With("group", cfg.ID)
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: group %s: %w", cfg.ID, err)
+	}
+
+	g := &Group{
+		id:       cfg.ID,
+		nodeID:   cfg.NodeID,
+		addr:     cfg.LocalAddr,
+		cfg:      cfg,
+		logger:   logger,
+		obsCh:    make(chan raft.Observation, 16),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+		watchers: make(map[*LeaderWatch]struct{}),
+	}
+	var undo []func()
+	fail := func(err error) (*Group, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return nil, fmt.Errorf("cluster: open group %s: %w", cfg.ID, err)
+	}
+
+	opts := *bbolt.DefaultOptions
+	opts.Timeout = boltLockTimeout
+	var err error
+	g.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, raftDBFile), BoltOptions: &opts})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			err = fmt.Errorf("%s is locked by another user of the directory: %w", raftDBFile, err)
+		}
+		return fail(err)
+	}
+	undo = append(undo, func() { g.store.Close() })
+
+	g.snaps, err = OpenSnapshotStore(filepath.Join(cfg.Dir, snapshotsDir), SnapshotStoreConfig{
+		Retain: cfg.SnapshotRetain,
+		Expand: cfg.Expand,
+		Logger: logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+
+	g.layer, err = cfg.Mux.Layer(cfg.ID)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { g.layer.Close() })
+
+	// NetworkTransport starts its accept goroutine here; its Close (called
+	// by Raft's shutdown, and by ours) stops it.
+	g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  advertisedLayer{Layer: g.layer, addr: tcpAddr(cfg.LocalAddr)},
+		MaxPool: transportMaxPool,
+		Timeout: transportTimeout,
+		Logger:  newHCLogger(logger, "raft-net"),
+	})
+	undo = append(undo, func() { g.trans.Close() })
+
+	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), cfg.FSM, g.store, g.store, g.snaps, g.trans)
+	if err != nil {
+		return fail(err)
+	}
+
+	g.current = g.readLeadership()
+	g.obs = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
+	})
+	g.raft.RegisterObserver(g.obs)
+	go g.leadershipLoop()
+	return g, nil
+}
+
+// advertisedLayer reports the node's advertised address as the layer's
+// address: NetworkTransport tells peers that address in every RPC, so it
+// must be what they dial, not the listener's bind address.
+type advertisedLayer struct {
+	*Layer
+	addr net.Addr
+}
+
+func (a advertisedLayer) Addr() net.Addr { return a.addr }
+
+// tcpAddr is a host:port kept as written, without resolving the host.
+type tcpAddr string
+
+func (a tcpAddr) Network() string { return "tcp" }
+func (a tcpAddr) String() string  { return string(a) }
+
+// ID returns the group id.
+func (g *Group) ID() string { return g.id }
+
+// NodeID returns this node's id.
+func (g *Group) NodeID() string { return g.nodeID }
+
+// Addr returns this node's advertised Raft address.
+func (g *Group) Addr() string { return g.addr }
+
+// Bootstrap gives a new group its first configuration. Every initial member
+// may call it with the same servers: on a group that already has state it
+// does nothing and returns nil.
+func (g *Group) Bootstrap(ctx context.Context, servers []Server) error {
+	if len(servers) == 0 {
+		return fmt.Errorf("cluster: group %s: bootstrap without servers", g.id)
+	}
+	var conf raft.Configuration
+	for _, s := range servers {
+		if s.ID == "" || s.Address == "" {
+			return fmt.Errorf("cluster: group %s: bootstrap: server %+v needs an id and an address", g.id, s)
+		}
+		suffrage := raft.Nonvoter
+		if s.Voter {
+			suffrage = raft.Voter
+		}
+		conf.Servers = append(conf.Servers, raft.Server{
+			ID: raft.ServerID(s.ID), Address: raft.ServerAddress(s.Address), Suffrage: suffrage,
+		})
+	}
+	_, err := g.do(ctx, "bootstrap", func(time.Duration) raft.Future {
+		return g.raft.BootstrapCluster(conf)
+	})
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return nil
+	}
+	return err
+}
+
+// Apply proposes cmd to the group and waits until it is committed and
+// applied to this node's FSM, or until ctx's deadline. It returns the FSM's
+// response; a response that is an error is returned as the error. Only the
+// leader applies: elsewhere it returns a *NotLeaderError naming the leader
+// if known. After ErrTimeout or ErrLeadershipLost the entry may still be
+// committed.
+func (g *Group) Apply(ctx context.Context, cmd []byte) (any, error) {
+	f, err := g.do(ctx, "apply", func(timeout time.Duration) raft.Future {
+		return g.raft.Apply(cmd, timeout)
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := f.(raft.ApplyFuture).Response()
+	if err, ok := resp.(error); ok {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Barrier waits until every entry committed before it is applied to this
+// node's FSM. A new leader calls it before serving reads from its FSM.
+func (g *Group) Barrier(ctx context.Context) error {
+	_, err := g.do(ctx, "barrier", func(timeout time.Duration) raft.Future {
+		return g.raft.Barrier(timeout)
+	})
+	return err
+}
+
+// IsLeader reports whether this node is the group's leader now.
+func (g *Group) IsLeader() bool { return g.raft.State() == raft.Leader }
+
+// Leader returns the node id and Raft address of the leader this node knows
+// of; both are empty when it knows none.
+func (g *Group) Leader() (id, addr string) {
+	a, i := g.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// Term returns this node's current Raft term.
+func (g *Group) Term() uint64 { return g.raft.CurrentTerm() }
+
+// AppliedIndex returns the index of the last entry handed to the FSM.
+func (g *Group) AppliedIndex() uint64 { return g.raft.AppliedIndex() }
+
+// Stats returns hashicorp/raft's statistics (state, term, indexes,
+// configuration, ...), for diagnostics only.
+func (g *Group) Stats() map[string]string { return g.raft.Stats() }
+
+// WaitForLeader waits until this node knows a leader and returns its node
+// id.
+func (g *Group) WaitForLeader(ctx context.Context) (string, error) {
+	ctx, cancel := g.bound(ctx)
+	defer cancel()
+	w := g.WatchLeader()
+	defer w.Stop()
+	for {
+		select {
+		case l, ok := <-w.C:
+			if !ok {
+				return "", fmt.Errorf("cluster: group %s: wait for leader: %w", g.id, ErrClosed)
+			}
+			if l.LeaderID != "" {
+				return l.LeaderID, nil
+			}
+		case <-ctx.Done():
+			return "", g.ctxErr(ctx, "wait for leader")
+		}
+	}
+}
+
+// Servers returns the group's latest configuration, which may not be
+// committed yet.
+func (g *Group) Servers(ctx context.Context) ([]Server, error) {
+	f, err := g.do(ctx, "configuration", func(time.Duration) raft.Future {
+		return g.raft.GetConfiguration()
+	})
+	if err != nil {
+		return nil, err
+	}
+	conf := f.(raft.ConfigurationFuture).Configuration()
+	out := make([]Server, 0, len(conf.Servers))
+	for _, s := range conf.Servers {
+		out = append(out, Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// AddVoter adds a voting member, or updates its address. The leader first
+// catches the new server up as a non-voter, then promotes it. Leader only.
+func (g *Group) AddVoter(ctx context.Context, id, addr string) error {
+	_, err := g.do(ctx, "add voter", func(timeout time.Duration) raft.Future {
+		return g.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
+	})
+	return err
+}
+
+// AddNonvoter adds a member that replicates the log but does not vote.
+// Leader only.
+func (g *Group) AddNonvoter(ctx context.Context, id, addr string) error {
+	_, err := g.do(ctx, "add nonvoter", func(timeout time.Duration) raft.Future {
+		return g.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
+	})
+	return err
+}
+
+// RemoveServer removes a member. Leader only. A removed follower is not
+// told (the leader just stops replicating to it): whoever removes it closes
+// its Group. A leader that removes itself shuts its Raft instance down once
+// the change commits; its Group then answers ErrClosed until it is closed.
+func (g *Group) RemoveServer(ctx context.Context, id string) error {
+	_, err := g.do(ctx, "remove server", func(timeout time.Duration) raft.Future {
+		return g.raft.RemoveServer(raft.ServerID(id), 0, timeout)
+	})
+	return err
+}
+
+// TransferLeadership hands leadership to the most up-to-date voter and
+// waits until it took it. Leader only.
+func (g *Group) TransferLeadership(ctx context.Context) error {
+	_, err := g.do(ctx, "transfer leadership", func(time.Duration) raft.Future {
+		return g.raft.LeadershipTransfer()
+	})
+	return err
+}
+
+// TransferLeadershipTo hands leadership to the given voter. Leader only.
+func (g *Group) TransferLeadershipTo(ctx context.Context, id, addr string) error {
+	_, err := g.do(ctx, "transfer leadership", func(time.Duration) raft.Future {
+		return g.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+	})
+	return err
+}
+
+// Snapshot takes a snapshot now, at the last applied index (again if one
+// was taken there already), and compacts the log behind it, keeping
+// TrailingLogs entries. It returns ErrNothingToSnapshot when the FSM has
+// applied nothing yet.
+func (g *Group) Snapshot(ctx context.Context) error {
+	_, err := g.do(ctx, "snapshot", func(time.Duration) raft.Future {
+		return g.raft.Snapshot()
+	})
+	return err
+}
+
+// Close stops the group, in this order: new operations are refused with
+// ErrClosed; Raft shuts down (its goroutines stop and pending futures fail),
+// waiting up to ShutdownTimeout; if that runs out, the group's connections
+// are closed to unblock it; the transport and the Layer close, which closes
+// every connection of the group; the waits on Raft futures return (up to
+// ShutdownTimeout more, which is also Raft's second chance to stop); the
+// leadership loop stops and every LeaderWatch channel is closed; the bolt
+// store closes. If Raft did not stop, the store is left open (Raft may
+// still use it) and Close returns ErrTimeout. Close is idempotent and safe
+// to call concurrently.
+func (g *Group) Close() error {
+	g.closeOnce.Do(func() { g.closeErr = g.close() })
+	return g.closeErr
+}
+
+func (g *Group) close() error {
+	g.mu.Lock()
+	g.closed = true
+	g.waiters.Add(1) // for the shutdown wait below
+	g.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+	_, err := g.await(ctx, "shutdown", func(time.Duration) raft.Future { return g.raft.Shutdown() })
+	cancel()
+	raftStopped := err == nil
+	if !raftStopped {
+		g.logger.Warn("raft did not stop in time; closing its connections", "timeout", g.cfg.ShutdownTimeout)
+		g.layer.Close()
+	}
+	g.trans.Close()
+	g.layer.Close()
+
+	// The shutdown wait is one of the waiters: once they are all done,
+	// Raft has stopped.
+	drained := make(chan struct{})
+	go func() {
+		g.waiters.Wait()
+		close(drained)
+	}()
+	t := time.NewTimer(g.cfg.ShutdownTimeout)
+	select {
+	case <-drained:
+		raftStopped = true
+	case <-t.C:
+		g.logger.Error("raft operations still pending after close")
+	}
+	t.Stop()
+
+	g.raft.DeregisterObserver(g.obs)
+	close(g.stop)
+	<-g.stopped
+	g.mu.Lock()
+	for w := range g.watchers {
+		delete(g.watchers, w)
+		close(w.ch)
+	}
+	g.mu.Unlock()
+
+	if !raftStopped {
+		return fmt.Errorf("cluster: close group %s: raft did not stop within %v, store left open: %w", g.id, 2*g.cfg.ShutdownTimeout, ErrTimeout)
+	}
+	if err := g.store.Close(); err != nil {
+		return fmt.Errorf("cluster: close group %s: %w", g.id, err)
+	}
+	return nil
+}
+
+// do runs one Raft operation: it refuses to start after Close, gives the
+// operation ctx's deadline (OpTimeout if ctx has none) and runs it through
+// await. The returned future is resolved when err is nil.
+func (g *Group) do(ctx context.Context, op string, start func(timeout time.Duration) raft.Future) (raft.Future, error) {
+	ctx, cancel := g.bound(ctx)
+	defer cancel()
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("cluster: group %s: %s: %w", g.id, op, ErrClosed)
+	}
+	g.waiters.Add(1) // done by await's goroutine; Close waits for it
+	g.mu.Unlock()
+	return g.await(ctx, op, start)
+}
+
+// await is the one place where the package waits on a raft.Future, so that
+// no wait outlives its deadline, however Raft is doing (an Apply without a
+// majority: hashicorp/raft issue 498). ctx must have a deadline. A
+// goroutine starts the operation with the time left (some of Raft's calls
+// block until Raft takes the request, so starting counts against the
+// deadline too) and waits on the future's blocking Error method; the caller
+// waits for that goroutine or for ctx. The goroutine outlives a timeout
+// until Raft resolves the future, which it does for every future by the
+// time it has shut down. The caller has added one to g.waiters for it.
+func (g *Group) await(ctx context.Context, op string, start func(timeout time.Duration) raft.Future) (raft.Future, error) {
+	type result struct {
+		f   raft.Future
+		err error
+	}
+	deadline, _ := ctx.Deadline()
+	left := time.Until(deadline)
+	if left <= 0 || ctx.Err() != nil {
+		g.waiters.Done()
+		return nil, g.ctxErr(ctx, op)
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer g.waiters.Done()
+		f := start(left)
+		done <- result{f, f.Error()}
+	}()
+	select {
+	case r := <-done:
+		return r.f, g.mapErr(op, r.err)
+	case <-ctx.Done():
+		return nil, g.ctxErr(ctx, op)
+	}
+}
+
+// bound returns ctx with a deadline: its own, or OpTimeout from now.
+func (g *Group) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, g.cfg.OpTimeout)
+}
+
+// ctxErr is the error for an operation whose context ended first: ErrTimeout
+// (and context.DeadlineExceeded) for a deadline, the context's error for a
+// cancellation.
+func (g *Group) ctxErr(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("cluster: group %s: %s: %w", g.id, op, err)
+	}
+	return fmt.Errorf("cluster: group %s: %s: %w (%w)", g.id, op, ErrTimeout, context.DeadlineExceeded)
+}
+
+// mapErr turns hashicorp/raft's errors into this package's.
+func (g *Group) mapErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader):
+		addr, id := g.raft.LeaderWithID()
+		if string(id) == g.nodeID { // stale view: we just lost it
+			addr, id = "", ""
+		}
+		return &NotLeaderError{Group: g.id, LeaderID: string(id), LeaderAddr: string(addr)}
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return &NotLeaderError{Group: g.id}
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("cluster: group %s: %s: %w", g.id, op, ErrLeadershipLost)
+	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrTransportShutdown):
+		return fmt.Errorf("cluster: group %s: %s: %w", g.id, op, ErrClosed)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		// Raft's enqueue timeout is the time left before ctx's deadline.
+		return fmt.Errorf("cluster: group %s: %s: %w (%w)", g.id, op, ErrTimeout, context.DeadlineExceeded)
+	case errors.Is(err, raft.ErrNothingNewToSnapshot):
+		return fmt.Errorf("cluster: group %s: %s: %w", g.id, op, ErrNothingToSnapshot)
+	default:
+		return fmt.Errorf("cluster: group %s: %s: %w", g.id, op, err)
+	}
+}

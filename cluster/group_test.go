@@ -1,0 +1,425 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestGroupConfigValidate(t *testing.T) {
+	nodes := newTestNodes(t, 1)
+	valid := func() GroupConfig {
+		return GroupConfig{ID: "g", NodeID: "n", Dir: t.TempDir(), FSM: newTestFSM("", false), Mux: nodes[0].mux}
+	}
+	tests := []struct {
+		name string
+		mod  func(*GroupConfig)
+		want string // substring of the error; "" for valid
+	}{
+		{"defaults", func(*GroupConfig) {}, ""},
+		{"fast timings", fastTimings, ""},
+		{"no id", func(c *GroupConfig) { c.ID = "" }, "bad group id"},
+		{"long id", func(c *GroupConfig) { c.ID = strings.Repeat("x", MaxGroupIDLen+1) }, "bad group id"},
+		{"no node id", func(c *GroupConfig) { c.NodeID = "" }, "NodeID"},
+		{"no dir", func(c *GroupConfig) { c.Dir = "" }, "Dir"},
+		{"no fsm", func(c *GroupConfig) { c.FSM = nil }, "FSM"},
+		{"no mux", func(c *GroupConfig) { c.Mux = nil }, "Mux"},
+		{"bad addr", func(c *GroupConfig) { c.LocalAddr = "nowhere" }, "LocalAddr"},
+		{"heartbeat too low", func(c *GroupConfig) { c.HeartbeatTimeout = time.Millisecond }, "HeartbeatTimeout"},
+		{"election below heartbeat", func(c *GroupConfig) { c.ElectionTimeout = 100 * time.Millisecond }, "ElectionTimeout"},
+		{"lease above heartbeat", func(c *GroupConfig) { c.LeaderLeaseTimeout = 2 * time.Second }, "LeaderLeaseTimeout"},
+		{"negative retain", func(c *GroupConfig) { c.SnapshotRetain = -1 }, "SnapshotRetain"},
+		{"derived timings follow heartbeat", func(c *GroupConfig) { c.HeartbeatTimeout = 40 * time.Millisecond }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.mod(&c)
+			err := c.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("Validate = %v, want an error about %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestGroupReplicatesAndFailsOver runs a 3-node group over real TCP: it
+// elects a leader, replicates to every FSM, answers NotLeader on followers
+// with the leader's name, and elects a new leader that serves applies when
+// the old one stops.
+func TestGroupReplicatesAndFailsOver(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "orders-partition-0", nil)
+	waitLeader(t, gs)
+
+	watches := make(map[*testGroup]*LeaderWatch)
+	for _, g := range gs {
+		watches[g] = g.WatchLeader()
+		defer watches[g].Stop()
+	}
+
+	first := cmds("a", 20)
+	applyAll(t, gs, first...)
+	waitEntries(t, gs, first)
+
+	// The FSM's response comes back; an error response is the error.
+	resp, err := apply(t, gs, "one-more")
+	if err != nil || resp != len(first)+1 {
+		t.Fatalf("Apply = %v, %v; want %d, nil", resp, err, len(first)+1)
+	}
+	first = append(first, "one-more")
+	if _, err := apply(t, gs, "fail"); !errors.Is(err, errRefused) {
+		t.Fatalf("Apply(fail) error = %v, want the FSM's error", err)
+	}
+
+	// A follower refuses and names the leader. Leadership may move between
+	// looking it up and asking (on a slow disk it does), so ask until both
+	// agree.
+	eventually(t, 10*time.Second, "a NotLeaderError naming the leader", func() bool {
+		leader := waitLeader(t, gs)
+		f := others(gs, leader)[0]
+		_, err := f.Apply(ctxTimeout(t, 5*time.Second), []byte("x"))
+		var nl *NotLeaderError
+		if !errors.Is(err, ErrNotLeader) || !errors.As(err, &nl) {
+			t.Fatalf("Apply on follower %s: %v, want a NotLeaderError", f.node.id, err)
+		}
+		if err := f.Barrier(ctxTimeout(t, time.Second)); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("Barrier on follower: %v, want ErrNotLeader", err)
+		}
+		return nl.LeaderID == leader.node.id && nl.LeaderAddr == leader.node.addr()
+	})
+
+	leader := waitLeader(t, gs)
+	if err := leader.Barrier(ctxTimeout(t, 5*time.Second)); err != nil && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Barrier: %v", err)
+	}
+	servers, err := leader.Servers(ctxTimeout(t, time.Second))
+	if err != nil || len(servers) != 3 {
+		t.Fatalf("Servers = %v, %v", servers, err)
+	}
+	if leader.Term() == 0 || leader.Stats()["term"] == "0" {
+		t.Fatalf("leader term %d, stats %v", leader.Term(), leader.Stats())
+	}
+
+	// The leader stops: the other two elect one of themselves.
+	oldTerm := leader.Term()
+	oldWatch := watches[leader]
+	if err := leader.Close(); err != nil {
+		t.Fatalf("close leader: %v", err)
+	}
+	if _, err := leader.Apply(context.Background(), []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Apply after Close: %v, want ErrClosed", err)
+	}
+	for range oldWatch.C { // closed by Close
+	}
+	rest := others(gs, leader)
+	next := waitLeader(t, rest)
+	if next.Term() <= oldTerm {
+		t.Fatalf("new leader's term %d, old %d", next.Term(), oldTerm)
+	}
+	second := cmds("b", 5)
+	applyAll(t, rest, second...)
+	waitEntries(t, rest, append(first, second...))
+
+	// The leader's watch ends on its leadership, with its term.
+	next = waitLeader(t, rest)
+	w := watches[next]
+	eventually(t, 5*time.Second, "the new leader's watch", func() bool {
+		select {
+		case l := <-w.C:
+			return l.IsLeader && l.LeaderID == next.node.id && l.Term == next.Term()
+		default:
+			return false
+		}
+	})
+	id, err := rest[0].WaitForLeader(ctxTimeout(t, 5*time.Second))
+	if err != nil || id == "" {
+		t.Fatalf("WaitForLeader = %q, %v", id, err)
+	}
+}
+
+// TestGroupLeadershipTransfer moves leadership and checks that watches see
+// it go and come.
+func TestGroupLeadershipTransfer(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "transfer", nil)
+	leader := waitLeader(t, gs)
+	w := leader.WatchLeader()
+	defer w.Stop()
+	if l := <-w.C; !l.IsLeader || l.LeaderID != leader.node.id || l.Term == 0 {
+		t.Fatalf("first value on the leader's watch: %+v", l)
+	}
+	target := others(gs, leader)[0]
+	// Raft gives a transfer one election timeout; retry until it lands.
+	eventually(t, 10*time.Second, "the transfer", func() bool {
+		l := waitLeader(t, gs)
+		if l == target {
+			return true
+		}
+		if err := l.TransferLeadershipTo(ctxTimeout(t, 5*time.Second), target.node.id, target.node.addr()); err != nil {
+			t.Logf("TransferLeadershipTo: %v", err)
+		}
+		return false
+	})
+	eventually(t, 5*time.Second, "the old leader's watch to report the new leader", func() bool {
+		select {
+		case l := <-w.C:
+			return !l.IsLeader && l.LeaderID == target.node.id
+		default:
+			return false
+		}
+	})
+	w.Stop()
+	w.Stop()
+	if _, ok := <-w.C; ok {
+		t.Fatal("C still open after Stop")
+	}
+}
+
+// TestGroupsShareMux runs two groups over the same three muxes: each
+// replicates only its own entries, and closing one leaves the other alone.
+func TestGroupsShareMux(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	g1 := startGroup(t, nodes, "g1", nil)
+	g2 := startGroup(t, nodes, "g2", nil)
+	applyAll(t, g1, cmds("one", 5)...)
+	applyAll(t, g2, cmds("two", 7)...)
+	waitEntries(t, g1, cmds("one", 5))
+	waitEntries(t, g2, cmds("two", 7))
+
+	for _, g := range g1 {
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applyAll(t, g2, "after")
+	waitEntries(t, g2, append(cmds("two", 7), "after"))
+}
+
+// TestApplyTimesOutWithoutMajority: with both followers cut off, the
+// leader cannot commit; Apply returns ErrTimeout when the context expires,
+// before the leader's lease makes it step down.
+func TestApplyTimesOutWithoutMajority(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	slowLease := func(c *GroupConfig) {
+		c.HeartbeatTimeout = 500 * time.Millisecond
+		c.ElectionTimeout = 500 * time.Millisecond
+		c.LeaderLeaseTimeout = 500 * time.Millisecond
+	}
+	gs := startGroup(t, nodes, "lonely", slowLease)
+	applyAll(t, gs, "before")
+	leader := waitLeader(t, gs)
+	// Cut the followers off at once: closing their layers drops their
+	// connections and the leader's dials reach no group.
+	for _, f := range others(gs, leader) {
+		f.layer.Close()
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := leader.Apply(ctx, []byte("lost"))
+	took := time.Since(start)
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Apply without majority: %v, want ErrTimeout", err)
+	}
+	if took > time.Second {
+		t.Fatalf("Apply took %v to time out", took)
+	}
+
+	// An expired context fails at once, a cancelled one with its own error.
+	if _, err := leader.Apply(ctx, []byte("late")); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Apply with an expired context: %v", err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if err := leader.Barrier(cctx); !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
+		t.Fatalf("Barrier with a cancelled context: %v", err)
+	}
+	// The leader steps down once its lease runs out; its pending apply
+	// fails and Close does not hang.
+	eventually(t, 10*time.Second, "the leader to step down", func() bool { return !leader.IsLeader() })
+	f := others(gs, leader)[0]
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WaitForLeader(ctxTimeout(t, time.Second)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitForLeader on a closed group: %v", err)
+	}
+}
+
+// TestFollowerCatchesUpBySnapshot: a follower that is down while the
+// others snapshot and compact their logs past its position comes back
+// through InstallSnapshot, and its FSM restores the leader's stream: the
+// state bytes followed by the expanded adopted directory.
+func TestFollowerCatchesUpBySnapshot(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	small := func(c *GroupConfig) {
+		c.SnapshotThreshold = 1 << 20 // only the user snapshots below
+		c.TrailingLogs = 4
+	}
+	gs := startGroup(t, nodes, "catchup", small)
+	first := cmds("a", 10)
+	applyAll(t, gs, first...)
+	waitEntries(t, gs, first)
+
+	lagging := gs[2]
+	if err := lagging.Close(); err != nil {
+		t.Fatal(err)
+	}
+	up := gs[:2]
+	more := cmds("b", 30)
+	applyAll(t, up, more...)
+	all := append(slices.Clone(first), more...)
+	waitEntries(t, up, all)
+	// Both snapshot, so whichever leads has compacted its log.
+	var size int64
+	for _, g := range up {
+		if err := g.Snapshot(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatalf("Snapshot on %s: %v", g.node.id, err)
+		}
+		metas, err := g.snaps.List()
+		if err != nil || len(metas) != 1 {
+			t.Fatalf("snapshots of %s: %v, %v", g.node.id, metas, err)
+		}
+		m, err := g.snaps.readMeta(metas[0].ID)
+		if err != nil || !m.Adopted || m.DataSize == 0 {
+			t.Fatalf("the snapshot of %s should have adopted its directory: %+v, %v", g.node.id, m, err)
+		}
+		size = m.Size
+	}
+
+	// The follower comes back with a fresh FSM on its old directory.
+	fsm := newTestFSM(filepath.Join(lagging.node.dir, "catchup-stage"), true)
+	back := openTestGroup(t, lagging.node, "catchup", fsm, small)
+	eventually(t, 10*time.Second, "the follower to restore a snapshot", func() bool {
+		return fsm.restoreCount() > 0
+	})
+	now := append([]*testGroup{back}, up...)
+	tail := cmds("c", 3)
+	applyAll(t, now, tail...)
+	all = append(all, tail...)
+	waitEntries(t, now, all)
+
+	// What the follower received is a plain snapshot: the whole stream.
+	fm, err := back.snaps.List()
+	if err != nil || len(fm) == 0 {
+		t.Fatalf("follower's snapshots: %v, %v", fm, err)
+	}
+	got, err := back.snaps.readMeta(fm[0].ID)
+	if err != nil || got.Adopted || got.Size != size {
+		t.Fatalf("follower's snapshot %+v (%v), want a plain one of %d bytes", got, err, size)
+	}
+}
+
+// TestGroupMembership grows a one-node group with a voter and a
+// non-voter, and shrinks it again.
+func TestGroupMembership(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes[:1], "members", nil)
+	applyAll(t, gs, "solo")
+	var joined []*testGroup
+	for _, n := range nodes[1:] {
+		joined = append(joined, openTestGroup(t, n, "members", newTestFSM(filepath.Join(n.dir, "members-stage"), true), nil))
+	}
+	leader := waitLeader(t, gs)
+	if err := leader.AddVoter(ctxTimeout(t, 5*time.Second), nodes[1].id, nodes[1].addr()); err != nil {
+		t.Fatalf("AddVoter: %v", err)
+	}
+	if err := leader.AddNonvoter(ctxTimeout(t, 5*time.Second), nodes[2].id, nodes[2].addr()); err != nil {
+		t.Fatalf("AddNonvoter: %v", err)
+	}
+	all := append(slices.Clone(gs), joined...)
+	applyAll(t, all[:2], "grown")
+	waitEntries(t, all, []string{"solo", "grown"})
+	servers, err := joined[1].Servers(ctxTimeout(t, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Server{
+		{ID: nodes[0].id, Address: nodes[0].addr(), Voter: true},
+		{ID: nodes[1].id, Address: nodes[1].addr(), Voter: true},
+		{ID: nodes[2].id, Address: nodes[2].addr(), Voter: false},
+	}
+	if !slices.Equal(servers, want) {
+		t.Fatalf("Servers = %+v, want %+v", servers, want)
+	}
+	if err := joined[1].AddVoter(ctxTimeout(t, time.Second), "x", "127.0.0.1:1"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("AddVoter on a non-voter: %v, want ErrNotLeader", err)
+	}
+
+	leader = waitLeader(t, all[:2])
+	if err := leader.RemoveServer(ctxTimeout(t, 5*time.Second), nodes[2].id); err != nil {
+		t.Fatalf("RemoveServer: %v", err)
+	}
+	eventually(t, 5*time.Second, "the configuration to shrink", func() bool {
+		s, err := all[0].Servers(ctxTimeout(t, time.Second))
+		return err == nil && len(s) == 2
+	})
+}
+
+// TestGroupLifecycle: bootstrapping twice is fine, Close is idempotent,
+// and a second Group on the same directory fails instead of hanging.
+func TestGroupLifecycle(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	gs := startGroup(t, nodes[:1], "solo", nil)
+	g := gs[0]
+	if err := g.Bootstrap(ctxTimeout(t, time.Second), []Server{{ID: g.node.id, Address: g.node.addr(), Voter: true}}); err != nil {
+		t.Fatalf("second Bootstrap: %v", err)
+	}
+	if err := g.Bootstrap(ctxTimeout(t, time.Second), nil); err == nil {
+		t.Fatal("Bootstrap without servers succeeded")
+	}
+	applyAll(t, gs, "x")
+
+	// Same group id on the same mux: refused by the mux.
+	cfg := GroupConfig{ID: "solo", NodeID: "other", Dir: t.TempDir(), FSM: newTestFSM("", false), Mux: nodes[0].mux}
+	if _, err := OpenGroup(cfg); !errors.Is(err, ErrGroupExists) {
+		t.Fatalf("second group on the same mux: %v, want ErrGroupExists", err)
+	}
+	// Same directory from another node's mux: the store is locked.
+	cfg = GroupConfig{ID: "solo", NodeID: g.node.id, Dir: filepath.Join(g.node.dir, "solo"), FSM: newTestFSM("", false), Mux: nodes[1].mux}
+	if _, err := OpenGroup(cfg); err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("second group on the same directory: %v", err)
+	}
+
+	// A group that applied nothing has nothing to snapshot.
+	idle := openTestGroup(t, nodes[1], "idle", newTestFSM("", false), nil)
+	if err := idle.Snapshot(ctxTimeout(t, time.Second)); !errors.Is(err, ErrNothingToSnapshot) {
+		t.Fatalf("Snapshot of an idle group: %v, want ErrNothingToSnapshot", err)
+	}
+
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := g.Snapshot(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Snapshot after Close: %v", err)
+	}
+	w := g.WatchLeader()
+	if _, ok := <-w.C; ok {
+		t.Fatal("a watch on a closed group is open")
+	}
+
+	// Reopened on its directory, the group keeps its entries and leads
+	// again by itself.
+	fsm := newTestFSM(filepath.Join(g.node.dir, "solo-stage"), true)
+	again := openTestGroup(t, g.node, "solo", fsm, nil)
+	if _, err := again.WaitForLeader(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Barrier(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if e := fsm.entries(); !slices.Equal(e, []string{"x"}) {
+		t.Fatalf("reopened fsm holds %v", e)
+	}
+}

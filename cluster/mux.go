@@ -1,0 +1,455 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The connection header. A connection to a node's Raft port opens with
+//
+//	magic   4 bytes  "FQRG"
+//	version 1 byte   HeaderVersion
+//	length  1 byte   length of the group id, 1..MaxGroupIDLen
+//	group   length bytes
+//
+// and then carries hashicorp/raft's NetworkTransport protocol for that group.
+const (
+	headerMagic = "FQRG"
+	// HeaderVersion is the version byte of the connection header.
+	HeaderVersion = 1
+	// MaxGroupIDLen is the longest group id the header can carry.
+	MaxGroupIDLen = 255
+)
+
+const (
+	// HeaderTimeout is how long an accepted connection has to send its
+	// header before it is closed.
+	HeaderTimeout = 5 * time.Second
+	// maxHandshakes bounds the accepted connections whose header is being
+	// read at once. A legitimate peer sends its header with the dial, so a
+	// slot is held for microseconds; only slow or silent peers hold one for
+	// up to HeaderTimeout. When all are taken, the accept loop waits and new
+	// connections queue in the kernel's backlog.
+	maxHandshakes = 128
+	// layerBacklog is how many dispatched connections a Layer queues before
+	// its Accept takes them.
+	layerBacklog = 16
+)
+
+// Mux splits one TCP listener between the Raft groups of a node. Each
+// connection opens with a header naming its group (see HeaderVersion); the
+// Mux reads it and hands the connection to that group's Layer. A bad header
+// or an unknown group closes the connection and nothing else.
+//
+// Lifecycle: NewMux, Layer for each group (before or after Start), Start,
+// and Close after every Group using the mux is closed.
+type Mux struct {
+	ln     net.Listener
+	logger *slog.Logger
+
+	sem  chan struct{} // one token per handshake in progress
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	layers  map[string]*Layer
+	pending map[net.Conn]struct{} // accepted, header not read yet
+	started bool
+	closed  bool
+}
+
+// NewMux returns a Mux serving ln. It starts nothing: call Start. A nil
+// logger discards.
+func NewMux(ln net.Listener, logger *slog.Logger) *Mux {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Mux{
+		ln:      ln,
+		logger:  logger.With("component", "raft-mux", "addr", ln.Addr().String()),
+		sem:     make(chan struct{}, maxHandshakes),
+		done:    make(chan struct{}),
+		layers:  make(map[string]*Layer),
+		pending: make(map[net.Conn]struct{}),
+	}
+}
+
+// Addr returns the listener's address.
+func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
+
+// Start runs the accept loop in a goroutine that Close stops. Starting a
+// started or closed Mux returns an error.
+func (m *Mux) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if m.started {
+		return errors.New("cluster: mux already started")
+	}
+	m.started = true
+	m.wg.Add(1)
+	go m.serve()
+	return nil
+}
+
+// Close closes the listener, every Layer still registered and every
+// connection whose header is still being read, then waits for the Mux's
+// goroutines to return. It is idempotent. Close the Groups first: a Group
+// whose Layer is closed under it only logs accept errors until it is closed.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.done)
+	layers := make([]*Layer, 0, len(m.layers))
+	for _, l := range m.layers {
+		layers = append(layers, l)
+	}
+	for c := range m.pending {
+		c.Close()
+	}
+	m.mu.Unlock()
+
+	err := m.ln.Close()
+	for _, l := range layers {
+		l.Close()
+	}
+	m.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Layer registers group on the mux and returns its stream layer, which
+// hashicorp/raft's NetworkTransport uses to accept and dial connections of
+// that group. Closing the Layer unregisters it.
+func (m *Mux) Layer(group string) (*Layer, error) {
+	if err := checkGroupID(group); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if _, ok := m.layers[group]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrGroupExists, group)
+	}
+	l := &Layer{
+		mux:   m,
+		group: group,
+		ch:    make(chan net.Conn, layerBacklog),
+		done:  make(chan struct{}),
+		conns: make(map[*layerConn]struct{}),
+	}
+	m.layers[group] = l
+	return l, nil
+}
+
+func checkGroupID(group string) error {
+	if len(group) == 0 || len(group) > MaxGroupIDLen {
+		return fmt.Errorf("%w: %d bytes, want 1..%d", ErrBadGroupID, len(group), MaxGroupIDLen)
+	}
+	return nil
+}
+
+func (m *Mux) serve() {
+	defer m.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				m.logger.Error("raft listener closed under the mux", "error", err)
+				return
+			}
+			// Transient (out of file descriptors, ...): back off as
+			// net/http does, so as not to spin.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			m.logger.Warn("accept failed", "error", err, "retry_in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-m.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		delay = 0
+		select {
+		case m.sem <- struct{}{}:
+		case <-m.done:
+			c.Close()
+			return
+		}
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			c.Close()
+			<-m.sem
+			return
+		}
+		m.pending[c] = struct{}{}
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go m.handshake(c)
+	}
+}
+
+// handshake reads c's header and hands c to its group's layer.
+func (m *Mux) handshake(c net.Conn) {
+	defer m.wg.Done()
+	defer func() { <-m.sem }()
+	deadline := time.Now().Add(HeaderTimeout)
+	group, err := readHeader(c, deadline)
+	var l *Layer
+	if err == nil {
+		m.mu.Lock()
+		l = m.layers[group]
+		m.mu.Unlock()
+		if l == nil {
+			err = fmt.Errorf("unknown group %q", group)
+		}
+	}
+	if err != nil {
+		m.logger.Debug("dropping raft connection", "remote", c.RemoteAddr().String(), "error", err)
+		m.forget(c)
+		c.Close()
+		return
+	}
+	// The layer tracks c before the mux forgets it, so a Close of either
+	// always finds it.
+	l.deliver(c, deadline)
+	m.forget(c)
+}
+
+func (m *Mux) forget(c net.Conn) {
+	m.mu.Lock()
+	delete(m.pending, c)
+	m.mu.Unlock()
+}
+
+func (m *Mux) unregister(l *Layer) {
+	m.mu.Lock()
+	if m.layers[l.group] == l {
+		delete(m.layers, l.group)
+	}
+	m.mu.Unlock()
+}
+
+// readHeader reads the connection header from c, which must arrive before
+// deadline, and clears the deadline again.
+func readHeader(c net.Conn, deadline time.Time) (string, error) {
+	if err := c.SetReadDeadline(deadline); err != nil {
+		return "", err
+	}
+	var fixed [len(headerMagic) + 2]byte
+	if _, err := io.ReadFull(c, fixed[:]); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadHeader, err)
+	}
+	if string(fixed[:len(headerMagic)]) != headerMagic {
+		return "", fmt.Errorf("%w: bad magic %q", ErrBadHeader, fixed[:len(headerMagic)])
+	}
+	if v := fixed[len(headerMagic)]; v != HeaderVersion {
+		return "", fmt.Errorf("%w: version %d", ErrBadHeader, v)
+	}
+	n := int(fixed[len(headerMagic)+1])
+	if n == 0 {
+		return "", fmt.Errorf("%w: empty group id", ErrBadHeader)
+	}
+	id := make([]byte, n)
+	if _, err := io.ReadFull(c, id); err != nil {
+		return "", fmt.Errorf("%w: group id: %v", ErrBadHeader, err)
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return "", err
+	}
+	return string(id), nil
+}
+
+// appendHeader appends the connection header for group to b.
+func appendHeader(b []byte, group string) []byte {
+	b = append(b, headerMagic...)
+	b = append(b, HeaderVersion, byte(len(group)))
+	return append(b, group...)
+}
+
+// Layer is one group's share of a Mux: a raft.StreamLayer whose Accept
+// returns the connections that named the group and whose Dial opens
+// connections that name it. It tracks every connection it accepted or
+// dialled, and Close closes them all, so closing a Group frees all its
+// sockets. Other groups on the mux are not affected.
+type Layer struct {
+	mux   *Mux
+	group string
+	ch    chan net.Conn
+	done  chan struct{}
+
+	mu     sync.Mutex
+	conns  map[*layerConn]struct{}
+	closed bool
+}
+
+var _ raft.StreamLayer = (*Layer)(nil)
+
+// Group returns the layer's group id.
+func (l *Layer) Group() string { return l.group }
+
+// Accept waits for the next connection of the group. After Close it
+// returns an error matching ErrClosed.
+func (l *Layer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, fmt.Errorf("cluster: layer %q: %w", l.group, ErrClosed)
+	}
+}
+
+// Close unregisters the layer from its mux, makes a pending Accept return
+// and closes every connection the layer accepted or dialled. It is
+// idempotent.
+func (l *Layer) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.done)
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+
+	l.mux.unregister(l)
+	for c := range conns {
+		c.closed.Store(true)
+		c.Conn.Close()
+	}
+	return nil
+}
+
+// Addr returns the mux listener's address.
+func (l *Layer) Addr() net.Addr { return l.mux.ln.Addr() }
+
+// Dial connects to the Raft port at address and sends the header naming the
+// layer's group. The timeout covers the connection and the header.
+func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	select {
+	case <-l.done:
+		return nil, fmt.Errorf("cluster: layer %q: %w", l.group, ErrClosed)
+	default:
+	}
+	deadline := time.Now().Add(timeout)
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	hdr := appendHeader(make([]byte, 0, len(headerMagic)+2+len(l.group)), l.group)
+	if err := c.SetWriteDeadline(deadline); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if _, err := c.Write(hdr); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: dial %s: header: %w", address, err)
+	}
+	if err := c.SetWriteDeadline(time.Time{}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	tc := l.track(c)
+	if tc == nil {
+		c.Close()
+		return nil, fmt.Errorf("cluster: layer %q: %w", l.group, ErrClosed)
+	}
+	return tc, nil
+}
+
+// deliver queues c for Accept, waiting until deadline at most.
+func (l *Layer) deliver(c net.Conn, deadline time.Time) {
+	tc := l.track(c)
+	if tc == nil {
+		c.Close()
+		return
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case l.ch <- tc:
+	case <-l.done:
+		tc.Close()
+	case <-t.C:
+		l.mux.logger.Warn("raft group not accepting connections, dropping one", "group", l.group)
+		tc.Close()
+	}
+}
+
+// track wraps c so that the layer closes it on Close; nil if the layer is
+// closed already.
+func (l *Layer) track(c net.Conn) *layerConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	tc := &layerConn{Conn: c, layer: l}
+	l.conns[tc] = struct{}{}
+	return tc
+}
+
+func (l *Layer) forget(c *layerConn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+}
+
+// layerConn is a connection tracked by its Layer until it is closed.
+type layerConn struct {
+	net.Conn
+	layer  *Layer
+	closed atomic.Bool
+	once   sync.Once
+	err    error
+}
+
+// Read reports a connection closed on this side as io.EOF, the end of the
+// stream, rather than as a "use of closed network connection" error, which
+// NetworkTransport would log at ERROR for every connection of every group
+// that closes.
+func (c *layerConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.closed.Load() {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (c *layerConn) Close() error {
+	c.once.Do(func() {
+		c.closed.Store(true)
+		c.layer.forget(c)
+		c.err = c.Conn.Close()
+	})
+	return c.err
+}
