@@ -1,0 +1,89 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// StreamInfo describes a stream: its partitions with their leaders,
+// replicas, offsets and subscriptions.
+type StreamInfo = transport.StreamInfo
+
+// admin sends an admin request to any node, following NotLeader hints.
+func (c *Client) admin(ctx context.Context, req func(id uint64) transport.Command) (transport.Command, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	var res transport.Command
+	err := c.retry(ctx, func(ctx context.Context) error {
+		x, err := c.anyConn(ctx)
+		if err != nil {
+			return err
+		}
+		res, err = x.request(ctx, req(c.requestID()))
+		return err
+	})
+	return res, err
+}
+
+// CreateStream creates a stream with partitions partitions, each
+// replicated on replicas nodes.
+func (c *Client) CreateStream(ctx context.Context, stream string, partitions, replicas int) error {
+	if _, err := geofabric.ParseStream(stream); err != nil {
+		return err
+	}
+	_, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.CreateStream{RequestID: id, Stream: stream, Partitions: int32(partitions), Replicas: int32(replicas)}
+	})
+	return err
+}
+
+// DeleteStream deletes a stream and its data; without force it is refused
+// while producers or consumers are attached.
+func (c *Client) DeleteStream(ctx context.Context, stream string, force bool) error {
+	if _, err := geofabric.ParseStream(stream); err != nil {
+		return err
+	}
+	_, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.DeleteStream{RequestID: id, Stream: stream, Force: force}
+	})
+	return err
+}
+
+// ListStreams lists the streams of a fabric, "TENANT/FABRIC".
+func (c *Client) ListStreams(ctx context.Context, fabric string) ([]string, error) {
+	if _, _, err := geofabric.ParseFabric(fabric); err != nil {
+		return nil, err
+	}
+	res, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.ListStreams{RequestID: id, Fabric: fabric}
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, ok := res.(*transport.ListStreamsResult)
+	if !ok {
+		return nil, fmt.Errorf("client: unexpected answer %T to list streams", res)
+	}
+	return r.Streams, nil
+}
+
+// DescribeStream describes a stream.
+func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo, error) {
+	if _, err := geofabric.ParseStream(stream); err != nil {
+		return StreamInfo{}, err
+	}
+	res, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.DescribeStream{RequestID: id, Stream: stream}
+	})
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	r, ok := res.(*transport.DescribeStreamResult)
+	if !ok {
+		return StreamInfo{}, fmt.Errorf("client: unexpected answer %T to describe stream", res)
+	}
+	return r.Info, nil
+}

@@ -1,0 +1,331 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// Errors of the client. Broker errors come as *transport.Error; test their
+// code with transport.CodeOf or errors.Is(err, &transport.Error{Code: …}).
+var (
+	// ErrClosed is returned by the methods of a closed client, producer
+	// or consumer.
+	ErrClosed = errors.New("client: closed")
+	// ErrBadURL is returned by New for a URL it cannot use.
+	ErrBadURL = errors.New("client: bad URL")
+	// ErrNotAllowed is returned, without a round trip, for an operation
+	// the subscription's mode refuses.
+	ErrNotAllowed = errors.New("client: not allowed")
+	// ErrSendTimeout is given to sends not acknowledged within
+	// ProducerOptions.SendTimeout.
+	ErrSendTimeout = errors.New("client: send timed out")
+)
+
+// Options configures a Client; zero fields take their defaults.
+type Options struct {
+	// URL lists the nodes to bootstrap from:
+	// fabriq://HOST:PORT[,HOST:PORT...]. Default fabriq://127.0.0.1:6650.
+	URL string
+	// Name identifies the client to the broker and prefixes generated
+	// producer names.
+	Name string
+	// ConnectTimeout bounds dialling and the handshake. Default 10s.
+	ConnectTimeout time.Duration
+	// OperationTimeout bounds each request when the caller's context has
+	// no deadline. Default 30s.
+	OperationTimeout time.Duration
+	// MaxFrameSize bounds frames read from the broker. Default the
+	// transport's.
+	MaxFrameSize int
+	// Logger receives the client's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Client is a connection to a fabriq cluster. It is safe for concurrent
+// use; Close it when done.
+type Client struct {
+	opts   Options
+	addrs  []string
+	logger *slog.Logger
+	reqID  atomic.Uint64
+	next   atomic.Uint64 // rotates bootstrap addresses
+	// wg owns the goroutines of every connection the client opened.
+	wg sync.WaitGroup
+
+	mu      sync.Mutex
+	conns   map[string]*cnx
+	dialing map[string]chan struct{}
+	handles map[handle]struct{}
+	closed  bool
+}
+
+// handle is a producer or consumer the client closes on Close.
+type handle interface{ Close() error }
+
+// ParseURL returns the HOST:PORT addresses of a fabriq:// URL.
+func ParseURL(url string) ([]string, error) {
+	rest, ok := strings.CutPrefix(url, "fabriq://")
+	if !ok {
+		return nil, fmt.Errorf("%w %q: it starts with fabriq://", ErrBadURL, url)
+	}
+	var addrs []string
+	for _, a := range strings.Split(strings.TrimSuffix(rest, "/"), ",") {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("%w %q: %q is not HOST:PORT", ErrBadURL, url, a)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
+}
+
+// New returns a client; it connects lazily, on first use.
+func New(opts Options) (*Client, error) {
+	if opts.URL == "" {
+		opts.URL = "fabriq://127.0.0.1:6650"
+	}
+	addrs, err := ParseURL(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
+	if opts.OperationTimeout <= 0 {
+		opts.OperationTimeout = 30 * time.Second
+	}
+	if opts.Name == "" {
+		opts.Name = "fabriq-go"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client{
+		opts:    opts,
+		addrs:   addrs,
+		logger:  opts.Logger,
+		conns:   map[string]*cnx{},
+		dialing: map[string]chan struct{}{},
+		handles: map[handle]struct{}{},
+	}, nil
+}
+
+// Close closes every producer and consumer of the client, then its
+// connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	hs := make([]handle, 0, len(c.handles))
+	for h := range c.handles {
+		hs = append(hs, h)
+	}
+	c.mu.Unlock()
+	for _, h := range hs {
+		h.Close()
+	}
+	c.mu.Lock()
+	conns := c.conns
+	c.conns = map[string]*cnx{}
+	c.mu.Unlock()
+	for _, x := range conns {
+		x.close(ErrClosed)
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Client) register(h handle) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.handles[h] = struct{}{}
+	return nil
+}
+
+func (c *Client) unregister(h handle) {
+	c.mu.Lock()
+	delete(c.handles, h)
+	c.mu.Unlock()
+}
+
+func (c *Client) requestID() uint64 { return c.reqID.Add(1) }
+
+// withTimeout gives ctx the operation timeout if it has no deadline.
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.opts.OperationTimeout)
+}
+
+// conn returns a live connection to addr, dialling it if needed; callers
+// dialling one address at once share one dial.
+func (c *Client) conn(ctx context.Context, addr string) (*cnx, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if x, ok := c.conns[addr]; ok && !x.isClosed() {
+			c.mu.Unlock()
+			return x, nil
+		}
+		if wait, ok := c.dialing[addr]; ok {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		wait := make(chan struct{})
+		c.dialing[addr] = wait
+		c.mu.Unlock()
+		x, err := dial(ctx, c, addr)
+		c.mu.Lock()
+		delete(c.dialing, addr)
+		close(wait)
+		if err == nil {
+			if c.closed {
+				c.mu.Unlock()
+				x.conn.Close()
+				return nil, ErrClosed
+			}
+			x.start()
+			c.conns[addr] = x
+		}
+		c.mu.Unlock()
+		return x, err
+	}
+}
+
+// anyConn returns a connection to one of the bootstrap nodes, trying them
+// in turn.
+func (c *Client) anyConn(ctx context.Context) (*cnx, error) {
+	var last error
+	start := int(c.next.Add(1))
+	for i := range c.addrs {
+		addr := c.addrs[(start+i)%len(c.addrs)]
+		x, err := c.conn(ctx, addr)
+		if err == nil {
+			return x, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("client: no node of %s answers: %w", c.opts.URL, last)
+}
+
+// retryable reports whether an error may clear up by looking up again.
+func retryable(err error) bool {
+	switch transport.CodeOf(err) {
+	case transport.CodeNotLeader, transport.CodeServiceNotReady, transport.CodeTimeout, transport.CodeClosed:
+		return true
+	}
+	var ne net.Error
+	return errors.Is(err, errConnLost) || errors.As(err, &ne)
+}
+
+// backoff waits before retry attempt n (from 0), or returns ctx's error.
+func backoff(ctx context.Context, n int) error {
+	d := min(50*time.Millisecond<<min(n, 6), 2*time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retry runs op until it succeeds, fails for good, or ctx ends.
+func (c *Client) retry(ctx context.Context, op func(context.Context) error) error {
+	for n := 0; ; n++ {
+		err := op(ctx)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		c.logger.Debug("retrying", "attempt", n+1, "err", err)
+		if berr := backoff(ctx, n); berr != nil {
+			return fmt.Errorf("%w (last error: %v)", berr, err)
+		}
+	}
+}
+
+// lookup returns a connection to the leader of a partition.
+func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
+	var leader *cnx
+	err := c.retry(ctx, func(ctx context.Context) error {
+		x, err := c.anyConn(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := x.request(ctx, &transport.Lookup{RequestID: c.requestID(), Stream: partition})
+		if err != nil {
+			return err
+		}
+		lr, ok := res.(*transport.LookupResult)
+		if !ok {
+			return fmt.Errorf("client: unexpected answer %T to a lookup", res)
+		}
+		if lr.Here {
+			leader = x
+			return nil
+		}
+		leader, err = c.conn(ctx, lr.Address)
+		return err
+	})
+	return leader, err
+}
+
+// partitions returns a stream's partition count.
+func (c *Client) partitions(ctx context.Context, stream geofabric.Stream) (int, error) {
+	var n int
+	err := c.retry(ctx, func(ctx context.Context) error {
+		x, err := c.anyConn(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := x.request(ctx, &transport.PartitionedMetadata{RequestID: c.requestID(), Stream: stream.String()})
+		if err != nil {
+			return err
+		}
+		pm, ok := res.(*transport.PartitionedMetadataResult)
+		if !ok {
+			return fmt.Errorf("client: unexpected answer %T to partitioned metadata", res)
+		}
+		n = int(pm.Partitions)
+		return nil
+	})
+	return n, err
+}
+
+// randomName returns prefix-XXXXXXXX.
+func randomName(prefix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,346 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// errConnLost is given to what waited on a connection that closed.
+var errConnLost = errors.New("client: connection lost")
+
+// pingInterval keeps an idle connection alive and lets the transport's
+// read timeout notice a dead peer.
+const pingInterval = 20 * time.Second
+
+// cnx is one connection to a node, shared by every producer and consumer
+// of the client that talks to that node.
+type cnx struct {
+	c      *Client
+	addr   string
+	conn   *transport.Conn
+	logger *slog.Logger
+
+	done chan struct{}
+
+	mu        sync.Mutex
+	pending   map[uint64]chan transport.Command
+	producers map[uint64]*partitionProducer
+	consumers map[uint64]*partitionConsumer
+	err       error
+}
+
+// dial connects to a node and says hello; start runs it.
+func dial(ctx context.Context, c *Client, addr string) (*cnx, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: c.opts.MaxFrameSize, Logger: c.logger})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if _, err := transport.Handshake(ctx, conn, &transport.Connect{
+		ProtocolVersion: transport.ProtocolVersion,
+		ClientName:      c.opts.Name,
+		ClientVersion:   "go",
+	}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)
+	}
+	x := &cnx{
+		c:         c,
+		addr:      addr,
+		conn:      conn,
+		logger:    c.logger.With("node", addr),
+		done:      make(chan struct{}),
+		pending:   map[uint64]chan transport.Command{},
+		producers: map[uint64]*partitionProducer{},
+		consumers: map[uint64]*partitionConsumer{},
+	}
+	return x, nil
+}
+
+// start runs the connection's loops; the caller holds c.mu and has checked
+// that the client is open, so Close waits for them.
+func (x *cnx) start() {
+	x.c.wg.Add(2)
+	go x.readLoop()
+	go x.pingLoop()
+}
+
+func (x *cnx) isClosed() bool {
+	select {
+	case <-x.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends the connection and tells everything that used it.
+func (x *cnx) close(cause error) {
+	x.mu.Lock()
+	if x.err != nil {
+		x.mu.Unlock()
+		return
+	}
+	x.err = cause
+	close(x.done)
+	pending := x.pending
+	x.pending = map[uint64]chan transport.Command{}
+	producers := x.producers
+	consumers := x.consumers
+	x.producers = map[uint64]*partitionProducer{}
+	x.consumers = map[uint64]*partitionConsumer{}
+	x.mu.Unlock()
+	x.conn.Close()
+	for _, ch := range pending {
+		close(ch)
+	}
+	for _, p := range producers {
+		p.connectionLost(x)
+	}
+	for _, c := range consumers {
+		c.connectionLost(x)
+	}
+}
+
+func (x *cnx) pingLoop() {
+	defer x.c.wg.Done()
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-x.done:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), pingInterval)
+			err := x.conn.Send(ctx, &transport.Ping{})
+			cancel()
+			if err != nil {
+				x.close(fmt.Errorf("%w: %v", errConnLost, err))
+				return
+			}
+		}
+	}
+}
+
+func (x *cnx) readLoop() {
+	defer x.c.wg.Done()
+	for {
+		cmd, err := x.conn.Receive()
+		if err != nil {
+			x.close(fmt.Errorf("%w: %v", errConnLost, err))
+			return
+		}
+		x.dispatch(cmd)
+	}
+}
+
+// requestIDOf returns the request id of a response, 0 for other commands.
+func requestIDOf(cmd transport.Command) uint64 {
+	switch c := cmd.(type) {
+	case *transport.LookupResult:
+		return c.RequestID
+	case *transport.PartitionedMetadataResult:
+		return c.RequestID
+	case *transport.ProducerReady:
+		return c.RequestID
+	case *transport.SubscribeReady:
+		return c.RequestID
+	case *transport.Success:
+		return c.RequestID
+	case *transport.Error:
+		return c.RequestID
+	case *transport.ListStreamsResult:
+		return c.RequestID
+	case *transport.DescribeStreamResult:
+		return c.RequestID
+	}
+	return 0
+}
+
+func (x *cnx) dispatch(cmd transport.Command) {
+	if id := requestIDOf(cmd); id != 0 {
+		x.mu.Lock()
+		ch := x.pending[id]
+		delete(x.pending, id)
+		x.mu.Unlock()
+		if ch != nil {
+			ch <- cmd
+		}
+		return
+	}
+	switch c := cmd.(type) {
+	case *transport.SendReceipt:
+		if p := x.producer(c.ProducerID); p != nil {
+			p.receipt(x, c)
+		}
+	case *transport.SendError:
+		if p := x.producer(c.ProducerID); p != nil {
+			p.sendError(x, c)
+		}
+	case *transport.Message:
+		if pc := x.consumer(c.ConsumerID); pc != nil {
+			pc.messages(x, c)
+		}
+	case *transport.CloseProducer:
+		if p := x.producer(c.ProducerID); p != nil {
+			x.removeProducer(c.ProducerID)
+			p.connectionLost(x)
+		}
+	case *transport.CloseConsumer:
+		if pc := x.consumer(c.ConsumerID); pc != nil {
+			x.removeConsumer(c.ConsumerID)
+			pc.connectionLost(x)
+		}
+	case *transport.ActiveConsumerChange:
+		if pc := x.consumer(c.ConsumerID); pc != nil {
+			pc.activeChange(c.Active)
+		}
+	case *transport.Ping:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		x.conn.Send(ctx, &transport.Pong{})
+		cancel()
+	case *transport.Pong:
+	case *transport.Error:
+		x.logger.Warn("broker error", "err", c)
+	default:
+		x.logger.Debug("unexpected command", "type", fmt.Sprintf("%T", cmd))
+	}
+}
+
+// request sends a command with a request id and waits for its answer; an
+// Error answer is returned as the error.
+func (x *cnx) request(ctx context.Context, cmd transport.Command) (transport.Command, error) {
+	id := requestIDOf2(cmd)
+	ch := make(chan transport.Command, 1)
+	x.mu.Lock()
+	if x.err != nil {
+		err := x.err
+		x.mu.Unlock()
+		return nil, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	x.pending[id] = ch
+	x.mu.Unlock()
+	forget := func() {
+		x.mu.Lock()
+		delete(x.pending, id)
+		x.mu.Unlock()
+	}
+	if err := x.conn.Send(ctx, cmd); err != nil {
+		forget()
+		x.close(fmt.Errorf("%w: %v", errConnLost, err))
+		return nil, fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	select {
+	case res, ok := <-ch:
+		if !ok {
+			return nil, errConnLost
+		}
+		if e, isErr := res.(*transport.Error); isErr {
+			return nil, e
+		}
+		return res, nil
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	}
+}
+
+// requestIDOf2 returns the request id a request carries.
+func requestIDOf2(cmd transport.Command) uint64 {
+	switch c := cmd.(type) {
+	case *transport.Lookup:
+		return c.RequestID
+	case *transport.PartitionedMetadata:
+		return c.RequestID
+	case *transport.CreateProducer:
+		return c.RequestID
+	case *transport.Subscribe:
+		return c.RequestID
+	case *transport.Ack:
+		return c.RequestID
+	case *transport.Seek:
+		return c.RequestID
+	case *transport.Unsubscribe:
+		return c.RequestID
+	case *transport.CloseProducer:
+		return c.RequestID
+	case *transport.CloseConsumer:
+		return c.RequestID
+	case *transport.CreateStream:
+		return c.RequestID
+	case *transport.DeleteStream:
+		return c.RequestID
+	case *transport.ListStreams:
+		return c.RequestID
+	case *transport.DescribeStream:
+		return c.RequestID
+	}
+	return 0
+}
+
+// send sends a command that has no answer.
+func (x *cnx) send(ctx context.Context, cmd transport.Command) error {
+	if err := x.conn.Send(ctx, cmd); err != nil {
+		x.close(fmt.Errorf("%w: %v", errConnLost, err))
+		return fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	return nil
+}
+
+func (x *cnx) addProducer(id uint64, p *partitionProducer) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err != nil {
+		return false
+	}
+	x.producers[id] = p
+	return true
+}
+
+func (x *cnx) removeProducer(id uint64) {
+	x.mu.Lock()
+	delete(x.producers, id)
+	x.mu.Unlock()
+}
+
+func (x *cnx) producer(id uint64) *partitionProducer {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.producers[id]
+}
+
+func (x *cnx) addConsumer(id uint64, c *partitionConsumer) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err != nil {
+		return false
+	}
+	x.consumers[id] = c
+	return true
+}
+
+func (x *cnx) removeConsumer(id uint64) {
+	x.mu.Lock()
+	delete(x.consumers, id)
+	x.mu.Unlock()
+}
+
+func (x *cnx) consumer(id uint64) *partitionConsumer {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.consumers[id]
+}
