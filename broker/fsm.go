@@ -351,6 +351,13 @@ func (f *fsm) cursor(sub string) (*subscription.Cursor, transport.SubscriptionMo
 	return s.Cursor.Clone(), s.Mode, true
 }
 
+// nextOffset returns the offset the next message will get.
+func (f *fsm) nextOffset() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Next
+}
+
 // isAcked reports whether an offset is acknowledged on a subscription.
 func (f *fsm) isAcked(sub string, offset uint64) bool {
 	f.mu.RLock()

@@ -144,7 +144,6 @@ func TestFSMSubscriptions(t *testing.T) {
 type memSink struct {
 	buf     []byte
 	adopted string
-	adopt   bool
 }
 
 func (s *memSink) Write(p []byte) (int, error) { s.buf = append(s.buf, p...); return len(p), nil }

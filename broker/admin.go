@@ -1,0 +1,214 @@
+package broker
+
+import (
+	"context"
+	"sort"
+
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// lookup answers where a partition's leader is: here, another node's
+// client address, or an error.
+func (n *Node) lookup(name string) (*transport.LookupResult, error) {
+	p, err := geofabric.ParsePartition(name)
+	if err != nil {
+		return nil, wireError(transport.CodeInvalidName, "%v", err)
+	}
+	if _, ok := n.catalog.stream(p.Stream.String()); !ok {
+		return nil, wireError(transport.CodeStreamNotFound, "stream %s does not exist", p.Stream)
+	}
+	if lp, ok := n.partition(name); ok {
+		if lp.group.IsLeader() {
+			return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
+		}
+		id, _ := lp.group.Leader()
+		if info, ok := n.catalog.node(id); ok {
+			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
+		}
+		return nil, wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+	}
+	return nil, n.notHere(name)
+}
+
+// notHere is the answer for a partition this node does not run: a hint to
+// a node that does.
+func (n *Node) notHere(name string) error {
+	p, err := geofabric.ParsePartition(name)
+	if err != nil {
+		return wireError(transport.CodeInvalidName, "%v", err)
+	}
+	meta, ok := n.catalog.stream(p.Stream.String())
+	if !ok {
+		return wireError(transport.CodeStreamNotFound, "stream %s does not exist", p.Stream)
+	}
+	i := p.Number()
+	if (p.Index < 0) != (meta.Partitions == 1) || i >= meta.Partitions {
+		return wireError(transport.CodeStreamNotFound, "stream %s has no partition %s", p.Stream, name)
+	}
+	for _, id := range meta.Placement[i] {
+		if info, ok := n.catalog.node(id); ok {
+			return &transport.Error{Code: transport.CodeNotLeader, Message: "partition " + name + " is not on node " + n.cfg.NodeID, LeaderHint: info.ClientAddr}
+		}
+	}
+	return wireError(transport.CodeServiceNotReady, "partition %s is not open yet", name)
+}
+
+func (s *session) createStream(c *transport.CreateStream) {
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	if err := s.n.createStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas)); err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	s.reply(&transport.Success{RequestID: c.RequestID})
+}
+
+// createStream records a stream in the metadata group and waits until its
+// partitions on this node have leaders.
+func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int) error {
+	st, err := geofabric.ParseStream(name)
+	if err != nil {
+		return wireError(transport.CodeInvalidName, "%v", err)
+	}
+	if partitions == 0 {
+		partitions = 1
+	}
+	if replicas == 0 {
+		replicas = 1
+	}
+	if err := geofabric.ValidatePartitions(partitions); err != nil {
+		return wireError(transport.CodeInvalidArgument, "%v", err)
+	}
+	if _, ok := n.catalog.stream(st.String()); ok {
+		return wireError(transport.CodeStreamExists, "stream %s exists", st)
+	}
+	load := map[string]int{}
+	for _, s := range n.catalog.streams() {
+		for _, p := range s.Placement {
+			for _, id := range p {
+				load[id]++
+			}
+		}
+	}
+	placement, err := place(n.catalog.nodes(), load, partitions, replicas)
+	if err != nil {
+		return err
+	}
+	data, err := encodeEntry(metaCreateStream, streamMeta{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement})
+	if err != nil {
+		return err
+	}
+	res, err := n.meta.Apply(ctx, data)
+	if err != nil {
+		return wireError(transport.CodeServiceNotReady, "metadata: %v", err)
+	}
+	if created, _ := res.(bool); !created {
+		return wireError(transport.CodeStreamExists, "stream %s exists", st)
+	}
+	for i, p := range st.Partitions(partitions) {
+		if contains(placement[i], n.cfg.NodeID) {
+			if _, err := n.waitPartition(ctx, p.String()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *session) deleteStream(c *transport.DeleteStream) {
+	st, err := geofabric.ParseStream(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	meta, ok := s.n.catalog.stream(st.String())
+	if !ok {
+		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		return
+	}
+	if !c.Force {
+		for _, p := range st.Partitions(meta.Partitions) {
+			if lp, ok := s.n.partition(p.String()); ok && lp.attached() {
+				s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
+				return
+			}
+		}
+	}
+	data, err := encodeEntry(metaDeleteStream, deleteStreamEntry{Name: st.String()})
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	if _, err := s.n.meta.Apply(ctx, data); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
+		return
+	}
+	s.reply(&transport.Success{RequestID: c.RequestID})
+}
+
+func (s *session) listStreams(c *transport.ListStreams) {
+	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
+	if err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
+	for _, m := range s.n.catalog.streams() {
+		st, err := geofabric.ParseStream(m.Name)
+		if err == nil && st.Tenant == tenant && st.Fabric == fabric {
+			res.Streams = append(res.Streams, m.Name)
+		}
+	}
+	s.reply(res)
+}
+
+func (s *session) describeStream(c *transport.DescribeStream) {
+	st, err := geofabric.ParseStream(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	meta, ok := s.n.catalog.stream(st.String())
+	if !ok {
+		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		return
+	}
+	info := transport.StreamInfo{Stream: meta.Name, Replicas: int32(meta.Replicas)}
+	for i, p := range st.Partitions(meta.Partitions) {
+		pi := transport.PartitionInfo{Partition: int32(i), Replicas: meta.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
+		if lp, ok := s.n.partition(p.String()); ok {
+			pi.Leader, _ = lp.group.Leader()
+			li := lp.log.Info()
+			pi.StartOffset, pi.NextOffset = li.StartOffset, li.NextOffset
+			pi.Subscriptions = lp.describeSubscriptions()
+		}
+		info.Partitions = append(info.Partitions, pi)
+	}
+	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
+}
+
+// describeSubscriptions reports each subscription's mode, backlog and
+// consumers.
+func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
+	next := p.fsm.nextOffset()
+	subs := p.fsm.subscriptions()
+	out := make([]transport.SubscriptionInfo, 0, len(subs))
+	for name, s := range subs {
+		si := transport.SubscriptionInfo{
+			Name:       name,
+			Mode:       modeName(s.Mode),
+			Backlog:    s.Cursor.Backlog(next),
+			MarkDelete: int64(s.Cursor.Floor) - 1,
+			Consumers:  []transport.ConsumerInfo{},
+		}
+		if d := p.dispatcherOf(name); d != nil {
+			si.Consumers = d.describe()
+		}
+		out = append(out, si)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

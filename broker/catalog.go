@@ -1,0 +1,213 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Metadata entry types. Never renumber.
+const (
+	metaRegisterNode entryType = iota + 1
+	metaCreateStream
+	metaDeleteStream
+)
+
+// nodeInfo is a node as the metadata group knows it.
+type nodeInfo struct {
+	ID         string `msgpack:"id"`
+	ClientAddr string `msgpack:"c"`
+	RaftAddr   string `msgpack:"r"`
+	Region     string `msgpack:"g,omitempty"`
+}
+
+// streamMeta is a stream's definition and the placement of its partitions'
+// replicas: Placement[i] lists the node ids of partition i's replicas.
+type streamMeta struct {
+	Name       string     `msgpack:"n"`
+	Partitions int        `msgpack:"p"`
+	Replicas   int        `msgpack:"r"`
+	Placement  [][]string `msgpack:"pl"`
+}
+
+type deleteStreamEntry struct {
+	Name string `msgpack:"n"`
+}
+
+// catalogState is the metadata group's state.
+type catalogState struct {
+	Nodes   map[string]nodeInfo    `msgpack:"nodes"`
+	Streams map[string]*streamMeta `msgpack:"streams"`
+}
+
+// catalog is the metadata state machine: nodes and streams with their
+// replica placement. Every node runs a replica; the broker reads it to
+// know which partitions to run and where leaders' clients connect.
+type catalog struct {
+	changed func() // called after every apply or restore; must not block
+
+	mu    sync.RWMutex
+	state catalogState
+}
+
+func newCatalog(changed func()) *catalog {
+	return &catalog{changed: changed, state: catalogState{Nodes: map[string]nodeInfo{}, Streams: map[string]*streamMeta{}}}
+}
+
+func (c *catalog) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	if len(l.Data) == 0 {
+		panic(fmt.Sprintf("broker: empty metadata entry at raft index %d", l.Index))
+	}
+	body := l.Data[1:]
+	var res any
+	var err error
+	c.mu.Lock()
+	switch entryType(l.Data[0]) {
+	case metaRegisterNode:
+		var n nodeInfo
+		if err = msgpack.Unmarshal(body, &n); err == nil {
+			c.state.Nodes[n.ID] = n
+		}
+	case metaCreateStream:
+		var s streamMeta
+		if err = msgpack.Unmarshal(body, &s); err == nil {
+			if _, ok := c.state.Streams[s.Name]; ok {
+				res = false
+			} else {
+				c.state.Streams[s.Name] = &s
+				res = true
+			}
+		}
+	case metaDeleteStream:
+		var d deleteStreamEntry
+		if err = msgpack.Unmarshal(body, &d); err == nil {
+			_, ok := c.state.Streams[d.Name]
+			delete(c.state.Streams, d.Name)
+			res = ok
+		}
+	default:
+		c.mu.Unlock()
+		panic(fmt.Sprintf("broker: unknown metadata entry type %d at raft index %d", l.Data[0], l.Index))
+	}
+	c.mu.Unlock()
+	if err != nil {
+		panic(fmt.Sprintf("broker: metadata entry at raft index %d: %v", l.Index, err))
+	}
+	if c.changed != nil {
+		c.changed()
+	}
+	return res
+}
+
+func (c *catalog) Snapshot() (raft.FSMSnapshot, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(&c.state); err != nil {
+		return nil, err
+	}
+	return bytesSnapshot(buf.Bytes()), nil
+}
+
+func (c *catalog) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var st catalogState
+	if err := msgpack.NewDecoder(rc).Decode(&st); err != nil {
+		return fmt.Errorf("broker: metadata snapshot: %w", err)
+	}
+	if st.Nodes == nil {
+		st.Nodes = map[string]nodeInfo{}
+	}
+	if st.Streams == nil {
+		st.Streams = map[string]*streamMeta{}
+	}
+	c.mu.Lock()
+	c.state = st
+	c.mu.Unlock()
+	if c.changed != nil {
+		c.changed()
+	}
+	return nil
+}
+
+// stream returns a copy of a stream's definition.
+func (c *catalog) stream(name string) (streamMeta, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	s, ok := c.state.Streams[name]
+	if !ok {
+		return streamMeta{}, false
+	}
+	return *s, true
+}
+
+// streams returns copies of every stream definition, by name.
+func (c *catalog) streams() []streamMeta {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]streamMeta, 0, len(c.state.Streams))
+	for _, s := range c.state.Streams {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b streamMeta) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// node returns what the catalog knows of a node.
+func (c *catalog) node(id string) (nodeInfo, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.state.Nodes[id]
+	return n, ok
+}
+
+// nodes returns every registered node, by id.
+func (c *catalog) nodes() []nodeInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]nodeInfo, 0, len(c.state.Nodes))
+	for _, n := range c.state.Nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b nodeInfo) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// bytesSnapshot is a snapshot that is its bytes.
+type bytesSnapshot []byte
+
+func (b bytesSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(b); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (bytesSnapshot) Release() {}

@@ -1,0 +1,101 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Node. The zero value of every field but NodeID and
+// DataDir means its default.
+type Config struct {
+	// NodeID is the node's stable identity; Raft knows it by this id.
+	NodeID string
+	// DataDir holds the node's metadata and partition data.
+	DataDir string
+	// ClientAddr is where clients connect. Default 127.0.0.1:6650.
+	ClientAddr string
+	// AdvertiseClientAddr is the client address other nodes and clients
+	// are told; default the address ClientAddr bound.
+	AdvertiseClientAddr string
+	// RaftAddr carries every Raft group of the node. Default
+	// 127.0.0.1:7650.
+	RaftAddr string
+	// AdvertiseRaftAddr is the Raft address peers dial; default the
+	// address RaftAddr bound.
+	AdvertiseRaftAddr string
+	// Region is the node's region.
+	Region string
+	// BootstrapExpect is how many nodes bootstrap the metadata group
+	// together. Default 1: a lone node bootstraps itself.
+	BootstrapExpect int
+	// MaxMessageBytes refuses larger messages. Default 5 MiB.
+	MaxMessageBytes int
+	// Raft tunes every Raft group of the node.
+	Raft RaftTimings
+	// Version is reported to clients.
+	Version string
+	// Logger receives the node's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// RaftTimings are the Raft timings of the node's groups; zero means the
+// default. Tests shorten them.
+type RaftTimings struct {
+	HeartbeatTimeout time.Duration
+	ElectionTimeout  time.Duration
+	CommitTimeout    time.Duration
+}
+
+// DefaultConfig returns the defaults used for zero fields.
+func DefaultConfig() Config {
+	return Config{
+		ClientAddr:      "127.0.0.1:6650",
+		RaftAddr:        "127.0.0.1:7650",
+		BootstrapExpect: 1,
+		MaxMessageBytes: 5 << 20,
+		Version:         "dev",
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ClientAddr == "" {
+		c.ClientAddr = d.ClientAddr
+	}
+	if c.RaftAddr == "" {
+		c.RaftAddr = d.RaftAddr
+	}
+	if c.BootstrapExpect == 0 {
+		c.BootstrapExpect = d.BootstrapExpect
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.Version == "" {
+		c.Version = d.Version
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.NodeID == "":
+		return errors.New("broker: NodeID is required")
+	case c.DataDir == "":
+		return errors.New("broker: DataDir is required")
+	case c.BootstrapExpect < 1:
+		return fmt.Errorf("broker: BootstrapExpect must be at least 1, not %d", c.BootstrapExpect)
+	case c.BootstrapExpect > 1:
+		return fmt.Errorf("broker: BootstrapExpect %d needs cluster membership, which this build does not have yet", c.BootstrapExpect)
+	case c.MaxMessageBytes < 1:
+		return fmt.Errorf("broker: MaxMessageBytes must be positive, not %d", c.MaxMessageBytes)
+	}
+	return nil
+}

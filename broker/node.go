@@ -1,0 +1,465 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// metaGroupID names the metadata Raft group on the node's Raft listener.
+const metaGroupID = "_meta"
+
+// Node is a running fabriq node: the metadata group's replica, the
+// partitions placed on the node, and the client listener.
+type Node struct {
+	cfg    Config
+	logger *slog.Logger
+
+	raftLn   net.Listener
+	clientLn net.Listener
+	mux      *cluster.Mux
+	meta     *cluster.Group
+	catalog  *catalog
+
+	reconcileCh chan struct{}
+	stop        chan struct{}
+	wg          sync.WaitGroup
+
+	mu         sync.Mutex
+	partitions map[string]*localPartition
+	sessions   map[*session]struct{}
+	changed    chan struct{} // closed and replaced when partitions change
+	closed     bool
+}
+
+// localPartition is a partition this node runs, with what it owns.
+type localPartition struct {
+	*partition
+	group *cluster.Group
+}
+
+// NewNode checks the configuration; Start starts the node.
+func NewNode(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Node{
+		cfg:         cfg,
+		logger:      cfg.Logger.With("node", cfg.NodeID),
+		reconcileCh: make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		partitions:  map[string]*localPartition{},
+		sessions:    map[*session]struct{}{},
+		changed:     make(chan struct{}),
+	}, nil
+}
+
+// Start opens the listeners and the metadata group, registers the node,
+// opens its partitions and starts serving clients. It returns once the
+// node answers clients, or with the first error.
+func (n *Node) Start(ctx context.Context) error {
+	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	var err error
+	if n.raftLn, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
+		return fmt.Errorf("broker: raft listener: %w", err)
+	}
+	if n.clientLn, err = net.Listen("tcp", n.cfg.ClientAddr); err != nil {
+		n.raftLn.Close()
+		return fmt.Errorf("broker: client listener: %w", err)
+	}
+	if n.cfg.AdvertiseRaftAddr == "" {
+		n.cfg.AdvertiseRaftAddr = n.raftLn.Addr().String()
+	}
+	if n.cfg.AdvertiseClientAddr == "" {
+		n.cfg.AdvertiseClientAddr = n.clientLn.Addr().String()
+	}
+	n.mux = cluster.NewMux(n.raftLn, n.logger)
+	if err := n.mux.Start(); err != nil {
+		n.shutdownListeners()
+		return err
+	}
+	n.catalog = newCatalog(n.requestReconcile)
+	n.meta, err = cluster.OpenGroup(n.groupConfig(metaGroupID, filepath.Join(n.cfg.DataDir, "meta"), n.catalog, nil))
+	if err != nil {
+		n.shutdownListeners()
+		return err
+	}
+	if err := n.meta.Bootstrap(ctx, []cluster.Server{{ID: n.cfg.NodeID, Address: n.cfg.AdvertiseRaftAddr, Voter: true}}); err != nil {
+		n.Close()
+		return err
+	}
+	if _, err := n.meta.WaitForLeader(ctx); err != nil {
+		n.Close()
+		return fmt.Errorf("broker: metadata group has no leader: %w", err)
+	}
+	if err := n.register(ctx); err != nil {
+		n.Close()
+		return err
+	}
+	n.wg.Add(2)
+	go n.reconcileLoop()
+	go n.acceptLoop()
+	n.requestReconcile()
+	return nil
+}
+
+// register records the node's addresses in the metadata group.
+func (n *Node) register(ctx context.Context) error {
+	self := nodeInfo{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
+	if have, ok := n.catalog.node(self.ID); ok && have == self {
+		return nil
+	}
+	data, err := encodeEntry(metaRegisterNode, self)
+	if err != nil {
+		return err
+	}
+	if _, err := n.meta.Apply(ctx, data); err != nil {
+		return fmt.Errorf("broker: register node: %w", err)
+	}
+	return nil
+}
+
+// groupConfig returns the configuration of one of the node's Raft groups.
+func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFunc) cluster.GroupConfig {
+	cfg := cluster.DefaultGroupConfig()
+	cfg.ID = id
+	cfg.NodeID = n.cfg.NodeID
+	cfg.Dir = dir
+	cfg.Mux = n.mux
+	cfg.LocalAddr = n.cfg.AdvertiseRaftAddr
+	cfg.Logger = n.logger
+	if t := n.cfg.Raft; t.HeartbeatTimeout > 0 {
+		cfg.HeartbeatTimeout = t.HeartbeatTimeout
+		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout
+	}
+	if t := n.cfg.Raft; t.ElectionTimeout > 0 {
+		cfg.ElectionTimeout = t.ElectionTimeout
+	}
+	if t := n.cfg.Raft; t.CommitTimeout > 0 {
+		cfg.CommitTimeout = t.CommitTimeout
+	}
+	cfg.FSM = fsm
+	cfg.Expand = expand
+	return cfg
+}
+
+// Addr returns the address clients connect to.
+func (n *Node) Addr() string { return n.cfg.AdvertiseClientAddr }
+
+// NodeID returns the node's id.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+func (n *Node) requestReconcile() {
+	select {
+	case n.reconcileCh <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileLoop opens the partitions the catalog places on this node and
+// closes those it no longer does.
+func (n *Node) reconcileLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.reconcileCh:
+		}
+		n.reconcile()
+	}
+}
+
+func (n *Node) reconcile() {
+	want := map[string][]string{}
+	for _, s := range n.catalog.streams() {
+		st, err := geofabric.ParseStream(s.Name)
+		if err != nil {
+			n.logger.Error("catalog holds a bad stream name", "stream", s.Name, "err", err)
+			continue
+		}
+		for i, p := range st.Partitions(s.Partitions) {
+			if i < len(s.Placement) && contains(s.Placement[i], n.cfg.NodeID) {
+				want[p.String()] = s.Placement[i]
+			}
+		}
+	}
+	n.mu.Lock()
+	var drop []*localPartition
+	for name, lp := range n.partitions {
+		if _, ok := want[name]; !ok {
+			drop = append(drop, lp)
+			delete(n.partitions, name)
+		}
+	}
+	have := make(map[string]bool, len(n.partitions))
+	for name := range n.partitions {
+		have[name] = true
+	}
+	n.mu.Unlock()
+	for _, lp := range drop {
+		n.closePartition(lp, true)
+	}
+	for name, replicas := range want {
+		if have[name] {
+			continue
+		}
+		lp, err := n.openPartition(name, replicas)
+		if err != nil {
+			n.logger.Error("cannot open partition", "partition", name, "err", err)
+			continue
+		}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			n.closePartition(lp, false)
+			return
+		}
+		n.partitions[name] = lp
+		n.mu.Unlock()
+	}
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// partitionDir is where a partition's data lives: names are validated, so
+// their segments are safe path elements.
+func (n *Node) partitionDir(name string) string {
+	p, _ := geofabric.ParsePartition(name)
+	leaf := p.Stream.Name
+	if p.Index >= 0 {
+		leaf = fmt.Sprintf("%s-partition-%d", p.Stream.Name, p.Index)
+	}
+	return filepath.Join(n.cfg.DataDir, "partitions", p.Stream.Tenant, p.Stream.Fabric, leaf)
+}
+
+func (n *Node) openPartition(name string, replicas []string) (*localPartition, error) {
+	dir := n.partitionDir(name)
+	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{Logger: n.logger.With("partition", name)})
+	if err != nil {
+		return nil, err
+	}
+	snapDir := filepath.Join(dir, "log-snapshots")
+	if err := cleanSnapshotDir(snapDir); err != nil {
+		log.Close()
+		return nil, err
+	}
+	// Raft may apply entries (a restart replays them) before the
+	// partition exists: the callback finds it once it does.
+	var target atomic.Pointer[partition]
+	f := newFSM(log, snapDir, func(next uint64) {
+		if p := target.Load(); p != nil {
+			p.onApplied(next)
+		}
+	})
+	pcfg := defaultPartitionConfig()
+	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
+	g, err := cluster.OpenGroup(n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot))
+	if err != nil {
+		log.Close()
+		return nil, err
+	}
+	var servers []cluster.Server
+	for _, id := range replicas {
+		info, ok := n.catalog.node(id)
+		if !ok {
+			g.Close()
+			log.Close()
+			return nil, fmt.Errorf("broker: replica node %s is not registered", id)
+		}
+		servers = append(servers, cluster.Server{ID: id, Address: info.RaftAddr, Voter: true})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	if err := g.Bootstrap(ctx, servers); err != nil {
+		g.Close()
+		log.Close()
+		return nil, err
+	}
+	p := newPartition(name, pcfg, log, f, g, n.logger, func() error { return n.notLeaderError(name, g) })
+	target.Store(p)
+	p.start()
+	return &localPartition{partition: p, group: g}, nil
+}
+
+// closePartition stops a partition; with remove its data goes too.
+func (n *Node) closePartition(lp *localPartition, remove bool) {
+	lp.stopAccepting()
+	if err := lp.group.Close(); err != nil {
+		n.logger.Warn("closing partition group", "partition", lp.name, "err", err)
+	}
+	lp.wait()
+	if err := lp.log.Close(); err != nil {
+		n.logger.Warn("closing partition log", "partition", lp.name, "err", err)
+	}
+	if remove {
+		if err := os.RemoveAll(n.partitionDir(lp.name)); err != nil {
+			n.logger.Warn("removing partition data", "partition", lp.name, "err", err)
+		}
+	}
+}
+
+// notLeaderError is the answer of a follower: NotLeader with the leader's
+// client address, or ServiceNotReady while there is no leader.
+func (n *Node) notLeaderError(name string, g *cluster.Group) error {
+	id, _ := g.Leader()
+	if id == "" {
+		return wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+	}
+	info, _ := n.catalog.node(id)
+	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
+}
+
+// partition returns a partition this node runs.
+func (n *Node) partition(name string) (*localPartition, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	lp, ok := n.partitions[name]
+	return lp, ok
+}
+
+// waitPartition waits until the node runs the partition and it has a
+// leader, or ctx ends.
+func (n *Node) waitPartition(ctx context.Context, name string) (*localPartition, error) {
+	for {
+		n.mu.Lock()
+		lp, ok := n.partitions[name]
+		changed := n.changed
+		n.mu.Unlock()
+		if ok {
+			if _, err := lp.group.WaitForLeader(ctx); err != nil {
+				return nil, wireError(transport.CodeTimeout, "partition %s has no leader: %v", name, err)
+			}
+			return lp, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, wireError(transport.CodeTimeout, "partition %s did not open: %v", name, ctx.Err())
+		case <-n.stop:
+			return nil, errStopping
+		}
+	}
+}
+
+// acceptLoop serves client connections.
+func (n *Node) acceptLoop() {
+	defer n.wg.Done()
+	for {
+		nc, err := n.clientLn.Accept()
+		if err != nil {
+			select {
+			case <-n.stop:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			n.logger.Error("client listener failed", "err", err)
+			return
+		}
+		s, err := newSession(n, nc)
+		if err != nil {
+			n.logger.Error("cannot serve a connection", "err", err)
+			nc.Close()
+			continue
+		}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			nc.Close()
+			return
+		}
+		n.sessions[s] = struct{}{}
+		n.mu.Unlock()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			s.serve()
+			n.mu.Lock()
+			delete(n.sessions, s)
+			n.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops serving, closes every session, partition and group, and
+// waits for every goroutine. It is idempotent.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	sessions := make([]*session, 0, len(n.sessions))
+	for s := range n.sessions {
+		sessions = append(sessions, s)
+	}
+	n.mu.Unlock()
+	close(n.stop)
+	if n.clientLn != nil {
+		n.clientLn.Close()
+	}
+	for _, s := range sessions {
+		s.close()
+	}
+	n.wg.Wait()
+	n.mu.Lock()
+	parts := n.partitions
+	n.partitions = map[string]*localPartition{}
+	n.mu.Unlock()
+	for _, lp := range parts {
+		n.closePartition(lp, false)
+	}
+	var err error
+	if n.meta != nil {
+		err = n.meta.Close()
+	}
+	n.shutdownListeners()
+	return err
+}
+
+func (n *Node) shutdownListeners() {
+	if n.mux != nil {
+		n.mux.Close()
+	} else if n.raftLn != nil {
+		n.raftLn.Close()
+	}
+	if n.clientLn != nil {
+		n.clientLn.Close()
+	}
+}
+
+// applyTimeout bounds admin operations that go through Raft.
+const applyTimeout = 10 * time.Second
