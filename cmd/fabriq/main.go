@@ -1,16 +1,24 @@
 // Command fabriq is the command-line client of a fabriq cluster.
 //
-// Its global --url flag (or FABRIQ_URL) names the nodes to talk to. The
-// stream, produce and consume commands arrive with the broker; today the
-// CLI reports its version.
+// Its global --url flag (or FABRIQ_URL) names the nodes to talk to. It
+// creates, lists, describes and deletes streams, produces messages from
+// flags or JSON lines on stdin, and consumes them as text or JSON lines.
+// Errors go to stderr with a non-zero exit; scripts may rely on the JSON
+// shapes documented on each command.
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fabriq-io/fabriq/client"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -20,13 +28,30 @@ var version = "dev"
 const defaultURL = "fabriq://127.0.0.1:6650"
 
 func main() {
-	if err := newRootCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand(os.Stdin, os.Stdout, os.Stderr).ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fabriq:", err)
 		os.Exit(1)
 	}
 }
 
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+// app holds what every command shares.
+type app struct {
+	url     string
+	timeout time.Duration
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func (a *app) client() (*client.Client, error) {
+	return client.New(client.Options{URL: a.url, Name: "fabriq-cli", OperationTimeout: a.timeout})
+}
+
+func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	url := os.Getenv("FABRIQ_URL")
 	if url == "" {
 		url = defaultURL
@@ -36,14 +61,14 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "fabriq is the command-line client of a fabriq stream broker",
 		Long: `fabriq is the command-line client of a fabriq stream broker.
 
-Streams are named persistent://TENANT/FABRIC/STREAM. The commands that create
-streams, produce and consume arrive with the broker; see the README's status
-table.`,
+Streams are named persistent://TENANT/FABRIC/STREAM. --url (or FABRIQ_URL)
+names one or more nodes; any node routes a request to the right leader.`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().String("url", url, "nodes to contact, fabriq://HOST:PORT[,HOST:PORT...] (env FABRIQ_URL)")
+	root.PersistentFlags().StringVar(&a.url, "url", url, "nodes to contact, fabriq://HOST:PORT[,HOST:PORT...] (env FABRIQ_URL)")
+	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each request to the cluster")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the CLI's version",
@@ -52,6 +77,8 @@ table.`,
 			fmt.Fprintln(cmd.OutOrStdout(), "fabriq", version)
 		},
 	})
+	root.AddCommand(a.streamCommand(), a.produceCommand(), a.consumeCommand())
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	return root

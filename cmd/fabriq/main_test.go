@@ -8,7 +8,7 @@ import (
 
 func TestVersionAndHelp(t *testing.T) {
 	var out, errOut bytes.Buffer
-	cmd := newRootCommand(&out, &errOut)
+	cmd := newRootCommand(nil, &out, &errOut)
 	cmd.SetArgs([]string{"version"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -17,7 +17,7 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Fatalf("version printed %q", got)
 	}
 	out.Reset()
-	cmd = newRootCommand(&out, &errOut)
+	cmd = newRootCommand(nil, &out, &errOut)
 	cmd.SetArgs([]string{"--help"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestVersionAndHelp(t *testing.T) {
 
 func TestURLFromEnvironment(t *testing.T) {
 	t.Setenv("FABRIQ_URL", "fabriq://10.0.0.1:6650")
-	cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
+	cmd := newRootCommand(nil, new(bytes.Buffer), new(bytes.Buffer))
 	if got, _ := cmd.PersistentFlags().GetString("url"); got != "fabriq://10.0.0.1:6650" {
 		t.Fatalf("--url default %q, want the environment's", got)
 	}

@@ -1,17 +1,26 @@
 // Command fabriqd runs a fabriq node.
 //
-// The node service (client protocol, partition Raft groups, gossip
-// membership) is not built yet: this build holds the partition storage
-// engine only, so fabriqd can report its version and explain its state, and
-// refuses to pretend to serve.
+// A node serves clients on --client-addr, carries every Raft group it is a
+// replica of on --raft-addr, and keeps its data under --data-dir. Started
+// alone (the default --bootstrap-expect 1) it bootstraps a one-node
+// cluster. SIGINT or SIGTERM stops it cleanly.
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fabriq-io/fabriq/broker"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -24,24 +33,101 @@ func main() {
 	}
 }
 
+type options struct {
+	nodeID          string
+	dataDir         string
+	clientAddr      string
+	raftAddr        string
+	gossipAddr      string
+	httpAddr        string
+	region          string
+	join            []string
+	bootstrapExpect int
+	maxMessageBytes int
+	logLevel        string
+	logJSON         bool
+}
+
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	var o options
 	cmd := &cobra.Command{
 		Use:   "fabriqd",
 		Short: "fabriqd runs a node of a fabriq stream broker cluster",
 		Long: `fabriqd runs a node of a fabriq stream broker cluster.
 
-This build contains the partition storage engine only; the node service
-(client protocol, Raft groups, membership) comes next. See the README's
-status table.`,
+Every stream partition is a Raft group; the node runs the partitions placed
+on it, answers clients on --client-addr and replicates on --raft-addr. A
+node started with the default --bootstrap-expect 1 forms a cluster of its
+own. Stop it with SIGINT or SIGTERM.`,
+		Example:       "  fabriqd --node-id n1 --data-dir /var/lib/fabriq",
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fmt.Errorf("the node service is not built yet (fabriqd %s holds the storage engine only)", version)
+			return run(cmd.Context(), o, stderr)
 		},
 	}
+	f := cmd.Flags()
+	host, _ := os.Hostname()
+	f.StringVar(&o.nodeID, "node-id", host, "stable identity of this node (Raft knows it by this id)")
+	f.StringVar(&o.dataDir, "data-dir", "fabriq-data", "directory for the node's metadata and partition data")
+	f.StringVar(&o.clientAddr, "client-addr", "127.0.0.1:6650", "address clients connect to")
+	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
+	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address (used once clustering is enabled)")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "metrics and health address (used once served)")
+	f.StringVar(&o.region, "region", "", "the node's region")
+	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
+	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "nodes that bootstrap the metadata group together (1: bootstrap alone)")
+	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	return cmd
+}
+
+func run(ctx context.Context, o options, stderr io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if o.logJSON {
+		handler = slog.NewJSONHandler(stderr, hopts)
+	}
+	logger := slog.New(handler)
+	if len(o.join) > 0 {
+		return errors.New("--join needs cluster membership, which this build does not have yet; start a single node")
+	}
+	node, err := broker.NewNode(broker.Config{
+		NodeID:          o.nodeID,
+		DataDir:         o.dataDir,
+		ClientAddr:      o.clientAddr,
+		RaftAddr:        o.raftAddr,
+		Region:          o.region,
+		BootstrapExpect: o.bootstrapExpect,
+		MaxMessageBytes: o.maxMessageBytes,
+		Version:         version,
+		Logger:          logger,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = node.Start(startCtx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "data", o.dataDir, "version", version)
+	<-ctx.Done()
+	logger.Info("fabriqd stopping", "signal", strings.TrimSpace(context.Cause(ctx).Error()))
+	return node.Close()
 }

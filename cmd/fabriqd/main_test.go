@@ -6,14 +6,17 @@ import (
 	"testing"
 )
 
-// Until the node service exists, fabriqd must fail clearly rather than
-// exit as if it were serving.
-func TestRefusesToPretend(t *testing.T) {
-	cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
-	cmd.SetArgs(nil)
-	err := cmd.Execute()
-	if err == nil || !strings.Contains(err.Error(), "not built yet") {
-		t.Fatalf("fabriqd without the node service: %v", err)
+func TestHelpExplainsFlags(t *testing.T) {
+	var out bytes.Buffer
+	cmd := newRootCommand(&out, new(bytes.Buffer))
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--node-id", "--data-dir", "--client-addr", "--raft-addr", "--gossip-addr", "--http-addr", "--region", "--join", "--bootstrap-expect"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("--help does not mention %s", flag)
+		}
 	}
 }
 
@@ -26,5 +29,19 @@ func TestVersionFlag(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), version) {
 		t.Fatalf("--version printed %q", out.String())
+	}
+}
+
+func TestBadFlagsFailClearly(t *testing.T) {
+	for _, args := range [][]string{
+		{"--log-level", "loud"},
+		{"--join", "127.0.0.1:7946"},
+		{"--bootstrap-expect", "-1", "--data-dir", "x"},
+	} {
+		cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
+		cmd.SetArgs(args)
+		if err := cmd.Execute(); err == nil {
+			t.Errorf("fabriqd %v started", args)
+		}
 	}
 }
