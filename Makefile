@@ -32,12 +32,10 @@ bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
 fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./storage
 	$(GO) test -run '^$$' -fuzz '^FuzzRecoverSegment$$' -fuzztime $(FUZZTIME) ./storage
+	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./transport
 
-run: build ## build and start what exists today
-	@echo "Built $(BIN)/fabriqd and $(BIN)/fabriq, version $(VERSION)."
-	@echo "The node service is not built yet: this tree holds the partition storage"
-	@echo "engine (storage/). Nothing was started. 'make test' runs its tests and"
-	@echo "'make bench' its benchmarks; the README's status table says what comes next."
+run: build ## build and run a local node in the foreground (Ctrl-C stops it)
+	@scripts/run.sh
 
 clean: ## remove build output
 	rm -rf $(BIN)

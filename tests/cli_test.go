@@ -1,0 +1,166 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fabriqCLI runs the CLI as a script would and returns stdout, stderr and
+// the exit status.
+func fabriqCLI(t *testing.T, url, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx := testContext(t, time.Minute)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "fabriq"), args...)
+	cmd.Env = append(cmd.Environ(), "FABRIQ_URL="+url)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+func jsonLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// The CLI contract, driven as a shell script would drive it.
+func TestCLIContract(t *testing.T) {
+	n := startNode(t, "n1", t.TempDir())
+	url := n.url()
+	const stream = "persistent://acme/prod/cli"
+
+	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", stream, "--partitions", "2", "--replicas", "1"); code != 0 {
+		t.Fatalf("stream create: %d %s %s", code, out, errOut)
+	}
+	out, _, code := fabriqCLI(t, url, "", "stream", "list", "acme/prod")
+	if code != 0 || strings.TrimSpace(out) != stream {
+		t.Fatalf("stream list: %d %q", code, out)
+	}
+
+	// produce -m … --key … -n …: one JSON line per acknowledged message.
+	out, errOut, code := fabriqCLI(t, url, "", "produce", stream, "-m", "a", "-m", "b", "--key", "k1", "-n", "2")
+	if code != 0 {
+		t.Fatalf("produce: %d %s", code, errOut)
+	}
+	lines := jsonLines(t, out)
+	if len(lines) != 4 {
+		t.Fatalf("produce printed %d lines, want 4:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		for _, field := range []string{"id", "stream", "partition", "offset", "key", "payload"} {
+			if _, ok := l[field]; !ok {
+				t.Fatalf("produce line lacks %q: %v", field, l)
+			}
+		}
+		if l["stream"] != stream || l["key"] != "k1" {
+			t.Fatalf("produce line %v", l)
+		}
+	}
+
+	// produce --stdin reads JSON lines, key optional.
+	out, errOut, code = fabriqCLI(t, url, "{\"key\": \"x\", \"payload\": \"from stdin\"}\n{\"payload\": \"no key\"}\n", "produce", stream, "--stdin")
+	if code != 0 {
+		t.Fatalf("produce --stdin: %d %s", code, errOut)
+	}
+	// Acknowledgements of different partitions come in any order.
+	got := map[any]any{}
+	for _, l := range jsonLines(t, out) {
+		got[l["payload"]] = l["key"]
+	}
+	if len(got) != 2 || got["from stdin"] != "x" || got["no key"] != nil {
+		t.Fatalf("produce --stdin printed:\n%s", out)
+	}
+
+	// consume --json prints every message with its fields.
+	out, errOut, code = fabriqCLI(t, url, "", "consume", stream, "-s", "audit", "-n", "6", "--initial-position", "earliest", "--json", "--name", "c1")
+	if code != 0 {
+		t.Fatalf("consume: %d %s", code, errOut)
+	}
+	lines = jsonLines(t, out)
+	if len(lines) != 6 {
+		t.Fatalf("consume printed %d lines, want 6:\n%s", len(lines), out)
+	}
+	payloads := map[string]int{}
+	for _, l := range lines {
+		for _, field := range []string{"id", "stream", "partition", "offset", "key", "payload", "redelivery_count", "consumer"} {
+			if _, ok := l[field]; !ok {
+				t.Fatalf("consume line lacks %q: %v", field, l)
+			}
+		}
+		if l["consumer"] != "c1" {
+			t.Fatalf("consume line %v", l)
+		}
+		payloads[l["payload"].(string)]++
+	}
+	if payloads["a"] != 2 || payloads["b"] != 2 || payloads["from stdin"] != 1 || payloads["no key"] != 1 {
+		t.Fatalf("consumed payloads %v", payloads)
+	}
+
+	// The acks were committed: describe shows no backlog.
+	out, errOut, code = fabriqCLI(t, url, "", "stream", "describe", stream, "--json")
+	if code != 0 {
+		t.Fatalf("describe: %d %s", code, errOut)
+	}
+	var d struct {
+		Stream     string `json:"stream"`
+		Partitions []struct {
+			Partition int      `json:"partition"`
+			Leader    string   `json:"leader"`
+			Replicas  []string `json:"replicas"`
+		} `json:"partitions"`
+		Subscriptions []struct {
+			Name    string `json:"name"`
+			Mode    string `json:"mode"`
+			Backlog uint64 `json:"backlog"`
+		} `json:"subscriptions"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("describe --json: %v\n%s", err, out)
+	}
+	if d.Stream != stream || len(d.Partitions) != 2 || d.Partitions[0].Leader != "n1" || len(d.Partitions[1].Replicas) != 1 {
+		t.Fatalf("describe: %+v", d)
+	}
+	if len(d.Subscriptions) != 1 || d.Subscriptions[0].Name != "audit" || d.Subscriptions[0].Mode != "exclusive" || d.Subscriptions[0].Backlog != 0 {
+		t.Fatalf("describe subscriptions: %+v", d.Subscriptions)
+	}
+
+	// Errors go to stderr with a non-zero status.
+	for _, args := range [][]string{
+		{"stream", "create", "not-a-stream"},
+		{"produce", "persistent://acme/prod/missing", "-m", "x"},
+		{"consume", stream},
+		{"produce", stream},
+	} {
+		out, errOut, code := fabriqCLI(t, url, "", args...)
+		if code == 0 || errOut == "" || out != "" {
+			t.Errorf("fabriq %v: status %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	// A bad stdin line: what came before is printed, the failure is not.
+	out, errOut, code = fabriqCLI(t, url, "{\"payload\": \"good\"}\nnot json\n", "produce", stream, "--stdin")
+	if code == 0 || !strings.Contains(errOut, "line 2") || len(jsonLines(t, out)) != 1 {
+		t.Fatalf("bad stdin: status %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -1,0 +1,178 @@
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/client"
+)
+
+// bin holds the binaries built for this test run.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fabriq-tests-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = dir
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/fabriq-io/fabriq/cmd/fabriqd", "github.com/fabriq-io/fabriq/cmd/fabriq")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binaries:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// node is a fabriqd child process.
+type node struct {
+	t       testing.TB
+	id      string
+	dataDir string
+	cmd     *exec.Cmd
+	addr    string // client address it bound
+	logs    *lockedBuffer
+	exited  chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startNode starts fabriqd with its data in dataDir and waits until it
+// says it is ready. The process is killed when the test ends.
+func startNode(t testing.TB, id, dataDir string, extra ...string) *node {
+	t.Helper()
+	args := append([]string{
+		"--node-id", id, "--data-dir", dataDir,
+		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--log-json",
+	}, extra...)
+	cmd := exec.Command(filepath.Join(bin, "fabriqd"), args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{})}
+	ready := make(chan string, 1)
+	go func() {
+		// Owned by the process: it ends when the process's stderr closes.
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(n.logs, line)
+			var rec struct {
+				Msg    string `json:"msg"`
+				Client string `json:"client"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "fabriqd ready" {
+				select {
+				case ready <- rec.Client:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		cmd.Wait()
+		close(n.exited)
+	}()
+	t.Cleanup(func() {
+		n.kill()
+		if t.Failed() {
+			t.Logf("logs of node %s:\n%s", id, tail(n.logs.String(), 60))
+		}
+	})
+	select {
+	case n.addr = <-ready:
+	case <-n.exited:
+		t.Fatalf("fabriqd %s exited before it was ready:\n%s", id, n.logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fabriqd %s not ready after 60s:\n%s", id, n.logs.String())
+	}
+	return n
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// kill sends SIGKILL and waits for the process to go.
+func (n *node) kill() {
+	select {
+	case <-n.exited:
+		return
+	default:
+	}
+	n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (n *node) stop() error {
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(30 * time.Second):
+		n.kill()
+		return fmt.Errorf("fabriqd %s did not stop within 30s", n.id)
+	}
+	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
+		return fmt.Errorf("fabriqd %s exited with status %d", n.id, code)
+	}
+	return nil
+}
+
+func (n *node) url() string { return "fabriq://" + n.addr }
+
+func newClient(t *testing.T, url string) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Options{URL: url, OperationTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
