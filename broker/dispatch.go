@@ -47,6 +47,9 @@ type dispatcher struct {
 	p    *partition
 	name string
 	mode transport.SubscriptionMode
+	// durable is false for a reader (SUB-5): it has no cursor in the state
+	// machine and keeps nothing but its read position.
+	durable bool
 
 	mu        sync.Mutex
 	consumers []*consumer
@@ -60,11 +63,13 @@ type dispatcher struct {
 	wg   sync.WaitGroup
 }
 
-func newDispatcher(p *partition, name string, mode transport.SubscriptionMode) *dispatcher {
+func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, durable bool, start uint64) *dispatcher {
 	return &dispatcher{
 		p:       p,
 		name:    name,
 		mode:    mode,
+		durable: durable,
+		readPos: start,
 		pending: map[uint64]*consumer{},
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -125,8 +130,12 @@ func (d *dispatcher) add(c *consumer) error {
 	return nil
 }
 
-// rewind restarts delivery at the first unacknowledged message (EX-3).
+// rewind restarts delivery at the first unacknowledged message (EX-3). A
+// reader has no cursor: it goes on from where it is.
 func (d *dispatcher) rewind() {
+	if !d.durable {
+		return
+	}
 	c, _, ok := d.p.fsm.cursor(d.name)
 	if !ok {
 		return
@@ -298,11 +307,13 @@ func (d *dispatcher) dispatchOnce() bool {
 		if i >= resent {
 			next = m.Offset + 1
 		}
-		if _, held := d.pending[m.Offset]; held || d.p.fsm.isAcked(d.name, m.Offset) {
-			continue
+		if d.durable {
+			if _, held := d.pending[m.Offset]; held || d.p.fsm.isAcked(d.name, m.Offset) {
+				continue
+			}
+			d.pending[m.Offset] = c
+			c.unacked++
 		}
-		d.pending[m.Offset] = c
-		c.unacked++
 		frame.Messages = append(frame.Messages, transport.Delivered{
 			Offset: m.Offset,
 			Data: transport.MessageData{

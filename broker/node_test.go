@@ -185,3 +185,107 @@ func TestRestartKeepsMessagesAndAcks(t *testing.T) {
 		t.Fatalf("after restart got %v %v, want the new message %v", m, err, id)
 	}
 }
+
+// SUB-5: a reader reads from where it is told, acknowledges nothing and
+// leaves no subscription behind.
+func TestReader(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/read"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []client.MessageID
+	for i := range 10 {
+		id, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	r, err := c.CreateReader(ctx, client.ReaderOptions{Stream: stream, StartPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		m, err := r.Next(ctx)
+		if err != nil || m.ID != ids[i] {
+			t.Fatalf("reader message %d: %v %v, want %v", i, m, err, ids[i])
+		}
+	}
+	r.Close()
+	from := ids[6]
+	r2, err := c.CreateReader(ctx, client.ReaderOptions{Stream: stream, StartMessageID: &from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	m, err := r2.Next(ctx)
+	if err != nil || m.ID != from {
+		t.Fatalf("reader from %v got %v %v", from, m, err)
+	}
+	info, err := c.DescribeStream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs := info.Partitions[0].Subscriptions; len(subs) != 0 {
+		t.Fatalf("readers left subscriptions behind: %+v", subs)
+	}
+}
+
+// KS-6: with key-based batching interleaved keys go out as one batch per
+// key; every message is stored once and each key keeps its order.
+func TestKeyBasedBatching(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/keyed"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, KeyBasedBatching: true, BatchingMaxPublishDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 300
+	errs := make(chan error, total)
+	for i := range total {
+		key := fmt.Sprint("k", i%3)
+		if i%10 == 9 {
+			key = ""
+		}
+		p.SendAsync(ctx, &client.ProducerMessage{Key: key, Payload: []byte(fmt.Sprint(i))}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { errs <- err })
+	}
+	for range total {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := map[string]int{}
+	for range total {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var i int
+		fmt.Sscan(string(m.Payload), &i)
+		if prev, ok := last[m.Key]; ok && i <= prev {
+			t.Fatalf("key %q: message %d after %d", m.Key, i, prev)
+		}
+		last[m.Key] = i
+	}
+	if len(last) != 4 {
+		t.Fatalf("keys seen: %v", last)
+	}
+}

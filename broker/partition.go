@@ -384,25 +384,41 @@ func (p *partition) dispatcherOf(sub string) *dispatcher {
 }
 
 // subscribe creates the subscription if needed (through Raft) and attaches
-// the consumer to its dispatcher.
-func (p *partition) subscribe(ctx context.Context, sub string, mode transport.SubscriptionMode, initial transport.InitialPosition, c *consumer) (*dispatcher, error) {
+// the consumer to its dispatcher. A non-durable subscription (a reader)
+// skips Raft: it starts at start, or at the initial position, and leaves
+// nothing behind.
+func (p *partition) subscribe(ctx context.Context, sub string, mode transport.SubscriptionMode, initial transport.InitialPosition, c *consumer, nonDurable bool, start *uint64) (*dispatcher, error) {
 	if !p.group.IsLeader() {
 		return nil, p.notLeader()
 	}
-	if _, err := p.apply(ctx, entryCreateSubscription, createSubscriptionEntry{Name: sub, Mode: mode, Initial: initial}); err != nil {
+	var pos uint64
+	if nonDurable {
+		info := p.log.Info()
+		switch {
+		case start != nil:
+			pos = min(max(*start, info.StartOffset), p.fsm.nextOffset())
+		case initial == transport.Earliest:
+			pos = info.StartOffset
+		default:
+			pos = p.fsm.nextOffset()
+		}
+	} else if _, err := p.apply(ctx, entryCreateSubscription, createSubscriptionEntry{Name: sub, Mode: mode, Initial: initial}); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	d := p.dispatchers[sub]
-	if d != nil && d.consumerCount() > 0 && d.mode != mode {
+	if d != nil && d.consumerCount() > 0 && (d.mode != mode || d.durable == nonDurable) {
 		p.mu.Unlock()
+		if d.durable == nonDurable {
+			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", sub, map[bool]string{true: "consumer", false: "reader"}[d.durable])
+		}
 		return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(d.mode), modeName(mode))
 	}
-	if d == nil || d.mode != mode {
+	if d == nil || d.mode != mode || d.durable == nonDurable {
 		if d != nil {
 			d.close()
 		}
-		d = newDispatcher(p, sub, mode)
+		d = newDispatcher(p, sub, mode, !nonDurable, pos)
 		p.dispatchers[sub] = d
 		d.start()
 	}

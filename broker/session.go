@@ -429,7 +429,7 @@ func (s *session) subscribe(c *transport.Subscribe) {
 	cons := &consumer{id: c.ConsumerID, name: name, out: s}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	d, err := lp.subscribe(ctx, c.Subscription, c.Mode, c.InitialPosition, cons)
+	d, err := lp.subscribe(ctx, c.Subscription, c.Mode, c.InitialPosition, cons, c.NonDurable, c.StartOffset)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return

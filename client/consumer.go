@@ -76,9 +76,11 @@ type Consumer struct {
 	name   string
 	parts  []*partitionConsumer
 
-	mu      sync.Mutex
-	queue   []*queued
-	ready   chan struct{} // signalled when the queue gains a message
+	mu    sync.Mutex
+	queue []*queued
+	ready chan struct{} // signalled when the queue gains a message
+	// reader is set for a Reader: a non-durable subscription (SUB-5).
+	reader  *readerStart
 	closed  bool
 	done    chan struct{}
 	chOnce  sync.Once
@@ -98,6 +100,10 @@ type queued struct {
 
 // Subscribe attaches a consumer to every partition of a stream.
 func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
+	return c.subscribe(ctx, opts, nil)
+}
+
+func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *readerStart) (*Consumer, error) {
 	st, err := geofabric.ParseStream(opts.Stream)
 	if err != nil {
 		return nil, err
@@ -114,7 +120,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	if err != nil {
 		return nil, err
 	}
-	cons := &Consumer{c: c, opts: opts, stream: st, name: opts.Name, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	cons := &Consumer{c: c, opts: opts, stream: st, name: opts.Name, reader: reader, ready: make(chan struct{}, 1), done: make(chan struct{})}
 	if cons.name == "" {
 		cons.name = randomName(c.opts.Name)
 	}
@@ -162,7 +168,7 @@ func (cons *Consumer) Receive(ctx context.Context) (*Message, error) {
 			q := cons.queue[0]
 			cons.queue[0] = nil
 			cons.queue = cons.queue[1:]
-			if q.pc.consumed(q.epoch) {
+			if q.pc.consumed(q.epoch, q.m.ID.Offset) {
 				more := len(cons.queue) > 0
 				cons.mu.Unlock()
 				if more {
@@ -323,13 +329,17 @@ type partitionConsumer struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
-	mu     sync.Mutex
-	x      *cnx
-	id     uint64
-	epoch  uint64
-	taken  int // messages received by the app since the last Flow
-	closed bool
-	active atomic.Bool
+	mu    sync.Mutex
+	x     *cnx
+	id    uint64
+	epoch uint64
+	taken int // messages received by the app since the last Flow
+	// next is, for a reader, the offset to resume at after a reconnect;
+	// hasNext says it is set.
+	next    uint64
+	hasNext bool
+	closed  bool
+	active  atomic.Bool
 }
 
 func newPartitionConsumer(cons *Consumer, partition string, index int) *partitionConsumer {
@@ -354,7 +364,7 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 	if !x.addConsumer(id, pc) {
 		return errConnLost
 	}
-	_, err = x.request(ctx, &transport.Subscribe{
+	sub := &transport.Subscribe{
 		RequestID:       c.requestID(),
 		ConsumerID:      id,
 		Stream:          pc.partition,
@@ -362,7 +372,21 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 		Mode:            transport.SubscriptionMode(o.Type),
 		ConsumerName:    pc.cons.name,
 		InitialPosition: transport.InitialPosition(o.SubscriptionInitialPosition),
-	})
+	}
+	if r := pc.cons.reader; r != nil {
+		sub.NonDurable = true
+		pc.mu.Lock()
+		switch {
+		case pc.hasNext:
+			start := pc.next
+			sub.StartOffset = &start
+		case r.id != nil && r.id.Partition == pc.index:
+			start := r.id.Offset
+			sub.StartOffset = &start
+		}
+		pc.mu.Unlock()
+	}
+	_, err = x.request(ctx, sub)
 	if err != nil {
 		x.removeConsumer(id)
 		return err
@@ -453,13 +477,16 @@ func (pc *partitionConsumer) messages(x *cnx, m *transport.Message) {
 // consumed counts a message the app took and tops up permits at half the
 // queue (SH-2); it reports false for a message of an older epoch, which
 // the broker sends again and which must be dropped.
-func (pc *partitionConsumer) consumed(epoch uint64) bool {
+func (pc *partitionConsumer) consumed(epoch, offset uint64) bool {
 	pc.mu.Lock()
 	if epoch != pc.epoch {
 		pc.mu.Unlock()
 		return false
 	}
 	pc.taken++
+	if pc.cons.reader != nil {
+		pc.next, pc.hasNext = offset+1, true
+	}
 	var grant int
 	if pc.taken >= max(pc.cons.opts.ReceiverQueueSize/2, 1) {
 		grant, pc.taken = pc.taken, 0

@@ -22,6 +22,10 @@ type ProducerOptions struct {
 	Name string
 	// DisableBatching sends every message in a frame of its own.
 	DisableBatching bool
+	// KeyBasedBatching makes one batch per key (ordering key first), and
+	// one of its own for keyless messages, so a key_shared broker routes
+	// each batch whole (KS-6).
+	KeyBasedBatching bool
 	// BatchingMaxMessages, BatchingMaxSize and BatchingMaxPublishDelay
 	// close a batch (MSG-5). Defaults 1000, 128 KiB, 1ms.
 	BatchingMaxMessages     int
@@ -227,12 +231,16 @@ type partitionProducer struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu         sync.Mutex
-	x          *cnx
-	id         uint64
-	seq        uint64
-	seqKnown   bool
-	batch      []*pendingMsg
+	mu       sync.Mutex
+	x        *cnx
+	id       uint64
+	seq      uint64
+	seqKnown bool
+	// batch holds the messages not yet sent, by batch key ("" for all
+	// of them without key-based batching), in order of first arrival.
+	batch      map[string][]*pendingMsg
+	batchKeys  []string
+	batchCount int
 	batchBytes int
 	timer      *time.Timer
 	inflight   []*pendingBatch
@@ -380,14 +388,26 @@ func (pp *partitionProducer) sendAsync(ctx context.Context, msg *ProducerMessage
 		Properties:  msg.Properties,
 		EventTime:   millis(msg.EventTime),
 		PublishTime: time.Now().UnixMilli(),
-		SequenceID:  pp.seq,
 		Payload:     msg.Payload,
 	}}
-	pp.seq++
-	pp.batch = append(pp.batch, m)
-	pp.batchBytes += len(msg.Payload) + len(msg.Key) + len(msg.OrderingKey)
 	o := &pp.p.opts
-	if len(pp.batch) >= o.BatchingMaxMessages || pp.batchBytes >= o.BatchingMaxSize {
+	key := ""
+	if o.KeyBasedBatching {
+		key = msg.Key
+		if len(msg.OrderingKey) > 0 {
+			key = string(msg.OrderingKey)
+		}
+	}
+	if pp.batch == nil {
+		pp.batch = map[string][]*pendingMsg{}
+	}
+	if _, ok := pp.batch[key]; !ok {
+		pp.batchKeys = append(pp.batchKeys, key)
+	}
+	pp.batch[key] = append(pp.batch[key], m)
+	pp.batchCount++
+	pp.batchBytes += len(msg.Payload) + len(msg.Key) + len(msg.OrderingKey)
+	if pp.batchCount >= o.BatchingMaxMessages || pp.batchBytes >= o.BatchingMaxSize {
 		pp.flushLocked()
 	} else if pp.timer == nil {
 		pp.timer = time.AfterFunc(o.BatchingMaxPublishDelay, pp.flushTimer)
@@ -402,26 +422,32 @@ func (pp *partitionProducer) flushTimer() {
 	pp.mu.Unlock()
 }
 
-// flushLocked closes the current batch and sends it if connected.
+// flushLocked closes the current batches and sends them if connected.
+// Sequence ids are given here, batch after batch, so that they increase in
+// the order the broker receives them even when key-based batching
+// regroups messages: the broker's deduplication drops a sequence id lower
+// than one it has stored.
 func (pp *partitionProducer) flushLocked() {
 	if pp.timer != nil {
 		pp.timer.Stop()
 		pp.timer = nil
 	}
-	if len(pp.batch) == 0 {
-		return
+	for _, key := range pp.batchKeys {
+		msgs := pp.batch[key]
+		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs))}
+		for i, m := range msgs {
+			m.data.SequenceID = pp.seq
+			pp.seq++
+			b.frame[i] = m.data
+		}
+		pp.inflight = append(pp.inflight, b)
+		if pp.idle == nil {
+			pp.idle = make(chan struct{})
+		}
+		pp.sendLocked(b)
 	}
-	b := &pendingBatch{first: pp.batch[0].data.SequenceID, msgs: pp.batch}
-	b.frame = make([]transport.MessageData, len(pp.batch))
-	for i, m := range pp.batch {
-		b.frame[i] = m.data
-	}
-	pp.batch, pp.batchBytes = nil, 0
-	pp.inflight = append(pp.inflight, b)
-	if pp.idle == nil {
-		pp.idle = make(chan struct{})
-	}
-	pp.sendLocked(b)
+	clear(pp.batch)
+	pp.batchKeys, pp.batchCount, pp.batchBytes = pp.batchKeys[:0], 0, 0
 }
 
 // sendLocked writes a batch to the current connection, if any; a failed
@@ -566,8 +592,11 @@ func (pp *partitionProducer) close() {
 	}
 	x, id := pp.x, pp.id
 	pp.x = nil
-	pending := append(pp.inflight, &pendingBatch{msgs: pp.batch})
-	pp.inflight, pp.batch = nil, nil
+	pending := pp.inflight
+	for _, key := range pp.batchKeys {
+		pending = append(pending, &pendingBatch{msgs: pp.batch[key]})
+	}
+	pp.inflight, pp.batch, pp.batchKeys = nil, nil, nil
 	pp.idleCheckLocked()
 	pp.mu.Unlock()
 	close(pp.stop)
