@@ -347,3 +347,92 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatalf("after a clean restart got %v %q, want %v", m.ID, m.Payload, id)
 	}
 }
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago, for a node that must come back on the same address.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A producer and a consumer ride through kill -9 and restart of their node:
+// the client reconnects, resends in-flight messages with their sequence
+// ids, the broker drops the duplicates, and every acknowledged message is
+// delivered.
+func TestClientsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	clientAddr, raftAddr := freeAddr(t), freeAddr(t)
+	args := []string{"--client-addr", clientAddr, "--raft-addr", raftAddr}
+	n := startNode(t, "n1", dir, args...)
+	c := newClient(t, n.url())
+	ctx := testContext(t, 2*time.Minute)
+	const stream = "persistent://acme/prod/ride"
+	if err := c.CreateStream(ctx, stream, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 3000
+	var mu sync.Mutex
+	acked := map[string]client.MessageID{}
+	var failed []error
+	var wg sync.WaitGroup
+	wg.Add(total)
+	for i := range total {
+		if i == total/2 {
+			n.kill()
+			n = startNode(t, "n1", dir, args...)
+		}
+		p.SendAsync(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint("m", i))}, func(id client.MessageID, m *client.ProducerMessage, err error) {
+			mu.Lock()
+			if err != nil {
+				failed = append(failed, err)
+			} else {
+				acked[string(m.Payload)] = id
+			}
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed across the restart, first: %v", len(failed), failed[0])
+	}
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", SubscriptionInitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < total {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d: %v", len(seen), total, err)
+		}
+		payload := string(m.Payload)
+		if seen[payload] {
+			t.Fatalf("%s stored twice: the resend was not deduplicated", payload)
+		}
+		seen[payload] = true
+		if id, ok := acked[payload]; !ok || id != m.ID {
+			t.Fatalf("%s read as %v, acknowledged as %v", payload, m.ID, id)
+		}
+	}
+	info, err := c.DescribeStream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored uint64
+	for _, part := range info.Partitions {
+		stored += part.NextOffset
+	}
+	if stored != total {
+		t.Fatalf("the stream holds %d messages, %d were sent", stored, total)
+	}
+}
