@@ -31,6 +31,17 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	return nil, n.notHere(name)
 }
 
+// metaNotLeader is the answer of a node that does not lead the metadata
+// group to a request that changes it: NotLeader with the leader's client
+// address, or ServiceNotReady while there is none.
+func (n *Node) metaNotLeader() error {
+	id, _ := n.meta.Leader()
+	if info, ok := n.catalog.node(id); ok && id != "" {
+		return &transport.Error{Code: transport.CodeNotLeader, Message: "node " + id + " leads the metadata group", LeaderHint: info.ClientAddr}
+	}
+	return wireError(transport.CodeServiceNotReady, "the metadata group has no leader yet")
+}
+
 // notHere is the answer for a partition this node does not run: a hint to
 // a node that does.
 func (n *Node) notHere(name string) error {
@@ -70,6 +81,9 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
+	}
+	if !n.meta.IsLeader() {
+		return n.metaNotLeader()
 	}
 	if partitions == 0 {
 		partitions = 1
@@ -125,6 +139,10 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 	meta, ok := s.n.catalog.stream(st.String())
 	if !ok {
 		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		return
+	}
+	if !s.n.meta.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader())
 		return
 	}
 	if !c.Force {

@@ -25,6 +25,9 @@ const (
 type outbox interface {
 	// deliver sends a Message frame; an error means the connection is gone.
 	deliver(ctx context.Context, m *transport.Message) error
+	// evictConsumer forgets a consumer the partition dropped and tells the
+	// client (CloseConsumer), which then looks the leader up again.
+	evictConsumer(id uint64)
 }
 
 // consumer is a consumer attached to a subscription on the partition's
@@ -168,6 +171,17 @@ func (d *dispatcher) remove(c *consumer) bool {
 	slices.Sort(d.resend)
 	d.notify()
 	return len(d.consumers) == 0
+}
+
+// detachAll removes every consumer and returns them.
+func (d *dispatcher) detachAll() []*consumer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cs := d.consumers
+	d.consumers = nil
+	clear(d.pending)
+	d.resend = nil
+	return cs
 }
 
 // consumerCount returns how many consumers are attached.

@@ -25,6 +25,8 @@ type raftGroup interface {
 	IsLeader() bool
 	// Leader returns the leader's node id, empty when unknown.
 	Leader() (id, addr string)
+	// WatchLeader reports leadership changes.
+	WatchLeader() *cluster.LeaderWatch
 }
 
 // partitionConfig tunes a partition's write and ack paths.
@@ -85,6 +87,9 @@ type partition struct {
 	logger *slog.Logger
 	// notLeader builds the error for a request that reached a follower.
 	notLeader func() error
+	// onLeadership is told every leadership change (the node announces
+	// it to the cluster); it must not block. May be nil.
+	onLeadership func(cluster.Leadership)
 
 	sends    chan *sendReq
 	acks     chan *ackReq
@@ -116,12 +121,60 @@ func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g 
 	}
 }
 
-// start runs the write and ack loops.
+// start runs the write, ack and leadership loops.
 func (p *partition) start() {
-	p.wg.Add(3)
+	p.wg.Add(4)
 	go p.proposeLoop()
 	go p.commitLoop()
 	go p.ackLoop()
+	go p.leaderLoop(p.group.WatchLeader())
+}
+
+// leaderLoop follows the group's leadership: when this node stops leading,
+// its consumers and producers are closed so that clients look the leader
+// up again; every change is passed on to onLeadership.
+func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
+	defer p.wg.Done()
+	defer w.Stop()
+	was := false
+	for {
+		select {
+		case <-p.stop:
+			return
+		case l, ok := <-w.C:
+			if !ok {
+				return
+			}
+			if was && !l.IsLeader {
+				p.logger.Info("leadership lost; closing consumers and producers")
+				p.evictAll()
+			}
+			was = l.IsLeader
+			if p.onLeadership != nil {
+				p.onLeadership(l)
+			}
+		}
+	}
+}
+
+// evictAll closes every dispatcher with its consumers and every producer,
+// telling their sessions.
+func (p *partition) evictAll() {
+	p.mu.Lock()
+	ds := p.dispatchers
+	p.dispatchers = map[string]*dispatcher{}
+	owners := p.owners
+	p.owners = map[string]*session{}
+	p.mu.Unlock()
+	for _, d := range ds {
+		for _, c := range d.detachAll() {
+			c.out.evictConsumer(c.id)
+		}
+		d.close()
+	}
+	for name, s := range owners {
+		s.evictProducer(p, name)
+	}
 }
 
 // stopAccepting makes the partition refuse new work; what is in flight is

@@ -182,6 +182,35 @@ func (s *session) deliver(ctx context.Context, m *transport.Message) error {
 	}
 }
 
+// evictConsumer drops a consumer its partition no longer serves and tells
+// the client.
+func (s *session) evictConsumer(id uint64) {
+	s.mu.Lock()
+	_, ok := s.consumers[id]
+	delete(s.consumers, id)
+	s.mu.Unlock()
+	if ok {
+		s.reply(&transport.CloseConsumer{ConsumerID: id})
+	}
+}
+
+// evictProducer drops the producer of a partition no longer led here and
+// tells the client.
+func (s *session) evictProducer(p *partition, name string) {
+	s.mu.Lock()
+	var ids []uint64
+	for id, sp := range s.producers {
+		if sp.p.partition == p && sp.name == name {
+			ids = append(ids, id)
+			delete(s.producers, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.reply(&transport.CloseProducer{ProducerID: id})
+	}
+}
+
 // replyErr answers a request with an Error.
 func (s *session) replyErr(requestID uint64, err error) {
 	e := toWire(err)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -17,15 +18,33 @@ func (c *Client) admin(ctx context.Context, req func(id uint64) transport.Comman
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	var res transport.Command
+	hint := ""
 	err := c.retry(ctx, func(ctx context.Context) error {
-		x, err := c.anyConn(ctx)
+		var x *cnx
+		var err error
+		if hint != "" {
+			x, err = c.conn(ctx, hint)
+			hint = ""
+		} else {
+			x, err = c.anyConn(ctx)
+		}
 		if err != nil {
 			return err
 		}
 		res, err = x.request(ctx, req(c.requestID()))
+		hint = leaderHint(err)
 		return err
 	})
 	return res, err
+}
+
+// leaderHint returns the address a NotLeader error points at.
+func leaderHint(err error) string {
+	var te *transport.Error
+	if errors.As(err, &te) && te.Code == transport.CodeNotLeader {
+		return te.LeaderHint
+	}
+	return ""
 }
 
 // CreateStream creates a stream with partitions partitions, each

@@ -275,16 +275,26 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) error) erro
 	}
 }
 
-// lookup returns a connection to the leader of a partition.
+// lookup returns a connection to the leader of a partition: it asks any
+// node, then follows the answer (and NotLeader hints) to the leader.
 func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
 	var leader *cnx
+	hint := ""
 	err := c.retry(ctx, func(ctx context.Context) error {
-		x, err := c.anyConn(ctx)
+		var x *cnx
+		var err error
+		if hint != "" {
+			x, err = c.conn(ctx, hint)
+			hint = ""
+		} else {
+			x, err = c.anyConn(ctx)
+		}
 		if err != nil {
 			return err
 		}
 		res, err := x.request(ctx, &transport.Lookup{RequestID: c.requestID(), Stream: partition})
 		if err != nil {
+			hint = leaderHint(err)
 			return err
 		}
 		lr, ok := res.(*transport.LookupResult)

@@ -127,7 +127,7 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	for i, part := range st.Partitions(n) {
 		pc := newPartitionConsumer(cons, part.String(), i)
 		cons.parts = append(cons.parts, pc)
-		if err := pc.connect(ctx); err != nil {
+		if err := c.retry(ctx, pc.connect); err != nil {
 			cons.closeParts()
 			return nil, err
 		}

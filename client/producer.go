@@ -97,7 +97,7 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	for i, part := range st.Partitions(n) {
 		pp := newPartitionProducer(p, part.String(), i)
 		p.parts = append(p.parts, pp)
-		if err := pp.connect(ctx, true); err != nil {
+		if err := c.retry(ctx, func(ctx context.Context) error { return pp.connect(ctx, true) }); err != nil {
 			p.closeParts()
 			return nil, err
 		}
