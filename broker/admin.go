@@ -230,3 +230,40 @@ func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+func (s *session) clusterStatus(c *transport.ClusterStatus) {
+	s.reply(&transport.ClusterStatusResult{RequestID: c.RequestID, Status: s.n.status()})
+}
+
+// status reports the cluster as this node sees it: nodes with their state,
+// partitions with their leader and, for replicas on this node, how many
+// committed entries they have yet to apply.
+func (n *Node) status() transport.ClusterInfo {
+	info := transport.ClusterInfo{Node: n.cfg.NodeID, Nodes: []transport.NodeStatus{}, Partitions: []transport.PartitionStatus{}}
+	info.MetaLeader, _ = n.meta.Leader()
+	for _, nd := range n.catalog.nodes() {
+		info.Nodes = append(info.Nodes, transport.NodeStatus{
+			ID: nd.ID, State: n.nodeState(nd.ID), Region: nd.Region, ClientAddr: nd.ClientAddr, RaftAddr: nd.RaftAddr,
+		})
+	}
+	for _, s := range n.catalog.streams() {
+		st, err := geofabric.ParseStream(s.Name)
+		if err != nil {
+			continue
+		}
+		for i, p := range st.Partitions(s.Partitions) {
+			ps := transport.PartitionStatus{Partition: p.String(), Replicas: []transport.ReplicaStatus{}}
+			ps.Leader, ps.Term = n.leaderOf(p.String())
+			lp, local := n.partition(p.String())
+			for _, id := range s.Placement[i] {
+				r := transport.ReplicaStatus{Node: id, Lag: -1}
+				if local && id == n.cfg.NodeID {
+					r.Lag = lp.group.Lag()
+				}
+				ps.Replicas = append(ps.Replicas, r)
+			}
+			info.Partitions = append(info.Partitions, ps)
+		}
+	}
+	return info
+}

@@ -338,6 +338,23 @@ func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
 }
 
+// nodeState is what the node knows of another's liveness.
+func (n *Node) nodeState(id string) string {
+	if id == n.cfg.NodeID {
+		return "alive"
+	}
+	return "unknown"
+}
+
+// leaderOf returns a partition's leader and term as this node knows them.
+func (n *Node) leaderOf(name string) (string, uint64) {
+	if lp, ok := n.partition(name); ok {
+		id, _ := lp.group.Leader()
+		return id, lp.group.Term()
+	}
+	return "", 0
+}
+
 // partition returns a partition this node runs.
 func (n *Node) partition(name string) (*localPartition, bool) {
 	n.mu.Lock()
@@ -411,6 +428,39 @@ func (n *Node) acceptLoop() {
 			n.mu.Unlock()
 		}()
 	}
+}
+
+// Shutdown stops the node gracefully: it hands the leadership of every
+// partition it leads to another replica (so clients move before the node
+// goes, and no send fails for its departure), then closes it. ctx bounds
+// the hand-over; Close follows whatever happens.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	parts := make([]*localPartition, 0, len(n.partitions))
+	for _, lp := range n.partitions {
+		parts = append(parts, lp)
+	}
+	n.mu.Unlock()
+	groups := []*cluster.Group{}
+	for _, lp := range parts {
+		groups = append(groups, lp.group)
+	}
+	if n.meta != nil {
+		groups = append(groups, n.meta)
+	}
+	for _, g := range groups {
+		if !g.IsLeader() {
+			continue
+		}
+		servers, err := g.Servers(ctx)
+		if err != nil || len(servers) < 2 {
+			continue
+		}
+		if err := g.TransferLeadership(ctx); err != nil {
+			n.logger.Warn("leadership transfer failed", "group", g.ID(), "err", err)
+		}
+	}
+	return n.Close()
 }
 
 // Close stops serving, closes every session, partition and group, and

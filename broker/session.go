@@ -273,6 +273,8 @@ func (s *session) handle(cmd transport.Command) {
 		s.listStreams(c)
 	case *transport.DescribeStream:
 		s.describeStream(c)
+	case *transport.ClusterStatus:
+		s.clusterStatus(c)
 	default:
 		s.conn.Fail(transport.CodeProtocol, fmt.Errorf("unexpected command %T from a client", cmd))
 		s.close()

@@ -106,3 +106,21 @@ func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo,
 	}
 	return r.Info, nil
 }
+
+// ClusterInfo is the cluster as one node sees it.
+type ClusterInfo = transport.ClusterInfo
+
+// ClusterStatus asks a node for the cluster's nodes and partitions.
+func (c *Client) ClusterStatus(ctx context.Context) (ClusterInfo, error) {
+	res, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.ClusterStatus{RequestID: id}
+	})
+	if err != nil {
+		return ClusterInfo{}, err
+	}
+	r, ok := res.(*transport.ClusterStatusResult)
+	if !ok {
+		return ClusterInfo{}, fmt.Errorf("client: unexpected answer %T to cluster status", res)
+	}
+	return r.Status, nil
+}

@@ -167,6 +167,8 @@ func requestIDOf(cmd transport.Command) uint64 {
 		return c.RequestID
 	case *transport.DescribeStreamResult:
 		return c.RequestID
+	case *transport.ClusterStatusResult:
+		return c.RequestID
 	}
 	return 0
 }
@@ -287,6 +289,8 @@ func requestIDOf2(cmd transport.Command) uint64 {
 	case *transport.ListStreams:
 		return c.RequestID
 	case *transport.DescribeStream:
+		return c.RequestID
+	case *transport.ClusterStatus:
 		return c.RequestID
 	}
 	return 0

@@ -146,6 +146,38 @@ func TestCLIContract(t *testing.T) {
 		t.Fatalf("describe subscriptions: %+v", d.Subscriptions)
 	}
 
+	// cluster status names the node and leads every partition.
+	out, errOut, code = fabriqCLI(t, url, "", "cluster", "status", "--json")
+	if code != 0 {
+		t.Fatalf("cluster status: %d %s", code, errOut)
+	}
+	var st struct {
+		Node  string `json:"node"`
+		Nodes []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"nodes"`
+		Partitions []struct {
+			Partition string `json:"partition"`
+			Leader    string `json:"leader"`
+			Replicas  []struct {
+				Node string `json:"node"`
+				Lag  int64  `json:"lag"`
+			} `json:"replicas"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("cluster status --json: %v\n%s", err, out)
+	}
+	if st.Node != "n1" || len(st.Nodes) != 1 || st.Nodes[0].State != "alive" || len(st.Partitions) != 2 {
+		t.Fatalf("cluster status: %+v", st)
+	}
+	for _, p := range st.Partitions {
+		if p.Leader != "n1" || len(p.Replicas) != 1 || p.Replicas[0].Lag < 0 {
+			t.Fatalf("cluster status partition: %+v", p)
+		}
+	}
+
 	// Errors go to stderr with a non-zero status.
 	for _, args := range [][]string{
 		{"stream", "create", "not-a-stream"},

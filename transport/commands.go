@@ -44,6 +44,8 @@ const (
 	TypeDescribeStreamResult
 	TypeSuccess
 	TypeError
+	TypeClusterStatus
+	TypeClusterStatusResult
 )
 
 // Command is one protocol command. Every command type is a pointer to one
@@ -391,6 +393,56 @@ type Error struct {
 	LeaderHint string    `msgpack:"l,omitempty"` // client address of the leader, with CodeNotLeader
 }
 
+// ClusterStatus asks a node for the cluster's nodes and partitions as it
+// sees them.
+type ClusterStatus struct {
+	RequestID uint64 `msgpack:"r"`
+}
+
+// ClusterStatusResult answers ClusterStatus.
+type ClusterStatusResult struct {
+	RequestID uint64      `msgpack:"r"`
+	Status    ClusterInfo `msgpack:"s"`
+}
+
+// ClusterInfo is the cluster as one node sees it.
+type ClusterInfo struct {
+	// Node is the id of the node that answered.
+	Node       string            `msgpack:"n" json:"node"`
+	MetaLeader string            `msgpack:"ml" json:"meta_leader"`
+	Nodes      []NodeStatus      `msgpack:"ns" json:"nodes"`
+	Partitions []PartitionStatus `msgpack:"ps" json:"partitions"`
+}
+
+// NodeStatus is one node of the cluster.
+type NodeStatus struct {
+	ID         string `msgpack:"id" json:"id"`
+	State      string `msgpack:"st" json:"state"` // alive, suspect, dead, left
+	Region     string `msgpack:"rg,omitempty" json:"region,omitempty"`
+	ClientAddr string `msgpack:"c" json:"client_addr"`
+	RaftAddr   string `msgpack:"ra" json:"raft_addr"`
+}
+
+// PartitionStatus is one partition: its leader as routing knows it and
+// its replicas with how far each lags the leader, where the answering
+// node can tell (it hosts the partition).
+type PartitionStatus struct {
+	Partition string          `msgpack:"p" json:"partition"`
+	Leader    string          `msgpack:"l" json:"leader"`
+	Term      uint64          `msgpack:"t" json:"term"`
+	Replicas  []ReplicaStatus `msgpack:"r" json:"replicas"`
+}
+
+// ReplicaStatus is one replica of a partition. Lag is the number of Raft
+// entries it is behind the leader's last index, -1 when unknown.
+type ReplicaStatus struct {
+	Node string `msgpack:"n" json:"node"`
+	Lag  int64  `msgpack:"lg" json:"lag"`
+}
+
+func (*ClusterStatus) Type() CommandType       { return TypeClusterStatus }
+func (*ClusterStatusResult) Type() CommandType { return TypeClusterStatusResult }
+
 func (*Connect) Type() CommandType                   { return TypeConnect }
 func (*Connected) Type() CommandType                 { return TypeConnected }
 func (*Ping) Type() CommandType                      { return TypePing }
@@ -494,6 +546,10 @@ func newCommand(t CommandType) Command {
 		return new(Success)
 	case TypeError:
 		return new(Error)
+	case TypeClusterStatus:
+		return new(ClusterStatus)
+	case TypeClusterStatusResult:
+		return new(ClusterStatusResult)
 	}
 	return nil
 }

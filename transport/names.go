@@ -36,6 +36,8 @@ var typeNames = [...]string{
 	TypeDescribeStreamResult:      "DescribeStreamResult",
 	TypeSuccess:                   "Success",
 	TypeError:                     "Error",
+	TypeClusterStatus:             "ClusterStatus",
+	TypeClusterStatusResult:       "ClusterStatusResult",
 }
 
 // String returns the command's name, "Send" for TypeSend.

@@ -77,7 +77,7 @@ names one or more nodes; any node routes a request to the right leader.`,
 			fmt.Fprintln(cmd.OutOrStdout(), "fabriq", version)
 		},
 	})
-	root.AddCommand(a.streamCommand(), a.produceCommand(), a.consumeCommand())
+	root.AddCommand(a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.clusterCommand())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -129,5 +129,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "data", o.dataDir, "version", version)
 	<-ctx.Done()
 	logger.Info("fabriqd stopping", "signal", strings.TrimSpace(context.Cause(ctx).Error()))
-	return node.Close()
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelStop()
+	return node.Shutdown(stopCtx)
 }
