@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -65,6 +66,20 @@ func (n *Node) notHere(name string) error {
 	return wireError(transport.CodeServiceNotReady, "partition %s is not open yet", name)
 }
 
+// stream parses a stream name and finds it in the catalog, or returns the
+// error to answer.
+func (n *Node) stream(name string) (geofabric.Stream, streamMeta, error) {
+	st, err := geofabric.ParseStream(name)
+	if err != nil {
+		return st, streamMeta{}, wireError(transport.CodeInvalidName, "%v", err)
+	}
+	meta, ok := n.catalog.stream(st.String())
+	if !ok {
+		return st, meta, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st)
+	}
+	return st, meta, nil
+}
+
 func (s *session) createStream(c *transport.CreateStream) {
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
@@ -121,7 +136,7 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 		return wireError(transport.CodeStreamExists, "stream %s exists", st)
 	}
 	for i, p := range st.Partitions(partitions) {
-		if contains(placement[i], n.cfg.NodeID) {
+		if slices.Contains(placement[i], n.cfg.NodeID) {
 			if _, err := n.waitPartition(ctx, p.String()); err != nil {
 				return err
 			}
@@ -131,14 +146,9 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 }
 
 func (s *session) deleteStream(c *transport.DeleteStream) {
-	st, err := geofabric.ParseStream(c.Stream)
+	st, meta, err := s.n.stream(c.Stream)
 	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
-		return
-	}
-	meta, ok := s.n.catalog.stream(st.String())
-	if !ok {
-		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		s.replyErr(c.RequestID, err)
 		return
 	}
 	if !s.n.meta.IsLeader() {
@@ -184,14 +194,9 @@ func (s *session) listStreams(c *transport.ListStreams) {
 }
 
 func (s *session) describeStream(c *transport.DescribeStream) {
-	st, err := geofabric.ParseStream(c.Stream)
+	st, meta, err := s.n.stream(c.Stream)
 	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
-		return
-	}
-	meta, ok := s.n.catalog.stream(st.String())
-	if !ok {
-		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		s.replyErr(c.RequestID, err)
 		return
 	}
 	info := transport.StreamInfo{Stream: meta.Name, Replicas: int32(meta.Replicas)}

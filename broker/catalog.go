@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -159,15 +160,7 @@ func (c *catalog) streams() []streamMeta {
 	for _, s := range c.state.Streams {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b streamMeta) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b streamMeta) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -187,15 +180,7 @@ func (c *catalog) nodes() []nodeInfo {
 	for _, n := range c.state.Nodes {
 		out = append(out, n)
 	}
-	slices.SortFunc(out, func(a, b nodeInfo) int {
-		if a.ID < b.ID {
-			return -1
-		}
-		if a.ID > b.ID {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b nodeInfo) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,7 +197,7 @@ func (n *Node) reconcile() {
 			continue
 		}
 		for i, p := range st.Partitions(s.Partitions) {
-			if i < len(s.Placement) && contains(s.Placement[i], n.cfg.NodeID) {
+			if i < len(s.Placement) && slices.Contains(s.Placement[i], n.cfg.NodeID) {
 				want[p.String()] = s.Placement[i]
 			}
 		}
@@ -239,15 +240,6 @@ func (n *Node) reconcile() {
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // partitionDir is where a partition's data lives: names are validated, so

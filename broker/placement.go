@@ -2,6 +2,7 @@ package broker
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -27,13 +28,7 @@ func place(nodes []nodeInfo, load map[string]int, partitions, replicas int) ([][
 			if load[a] != load[b] {
 				return load[a] - load[b]
 			}
-			if a < b {
-				return -1
-			}
-			if a > b {
-				return 1
-			}
-			return 0
+			return strings.Compare(a, b)
 		})
 		out[p] = slices.Clone(ids[:replicas])
 		for _, id := range out[p] {

@@ -307,14 +307,9 @@ func (s *session) lookup(c *transport.Lookup) {
 }
 
 func (s *session) partitionedMetadata(c *transport.PartitionedMetadata) {
-	st, err := geofabric.ParseStream(c.Stream)
+	_, meta, err := s.n.stream(c.Stream)
 	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
-		return
-	}
-	meta, ok := s.n.catalog.stream(st.String())
-	if !ok {
-		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		s.replyErr(c.RequestID, err)
 		return
 	}
 	s.reply(&transport.PartitionedMetadataResult{RequestID: c.RequestID, Partitions: int32(meta.Partitions)})

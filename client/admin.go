@@ -20,14 +20,7 @@ func (c *Client) admin(ctx context.Context, req func(id uint64) transport.Comman
 	var res transport.Command
 	hint := ""
 	err := c.retry(ctx, func(ctx context.Context) error {
-		var x *cnx
-		var err error
-		if hint != "" {
-			x, err = c.conn(ctx, hint)
-			hint = ""
-		} else {
-			x, err = c.anyConn(ctx)
-		}
+		x, err := c.pick(ctx, &hint)
 		if err != nil {
 			return err
 		}

@@ -275,20 +275,23 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) error) erro
 	}
 }
 
+// pick returns a connection to *hint when it is set, and clears it, or
+// else to any bootstrap node.
+func (c *Client) pick(ctx context.Context, hint *string) (*cnx, error) {
+	if h := *hint; h != "" {
+		*hint = ""
+		return c.conn(ctx, h)
+	}
+	return c.anyConn(ctx)
+}
+
 // lookup returns a connection to the leader of a partition: it asks any
 // node, then follows the answer (and NotLeader hints) to the leader.
 func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
 	var leader *cnx
 	hint := ""
 	err := c.retry(ctx, func(ctx context.Context) error {
-		var x *cnx
-		var err error
-		if hint != "" {
-			x, err = c.conn(ctx, hint)
-			hint = ""
-		} else {
-			x, err = c.anyConn(ctx)
-		}
+		x, err := c.pick(ctx, &hint)
 		if err != nil {
 			return err
 		}
