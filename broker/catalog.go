@@ -54,10 +54,25 @@ type catalog struct {
 
 	mu    sync.RWMutex
 	state catalogState
+	// next is closed, and replaced, after every change.
+	next chan struct{}
 }
 
 func newCatalog(changed func()) *catalog {
-	return &catalog{changed: changed, state: catalogState{Nodes: map[string]nodeInfo{}, Streams: map[string]*streamMeta{}}}
+	return &catalog{changed: changed, next: make(chan struct{}), state: catalogState{Nodes: map[string]nodeInfo{}, Streams: map[string]*streamMeta{}}}
+}
+
+// watch returns a channel closed at the next change.
+func (c *catalog) watch() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.next
+}
+
+// notifyLocked wakes the watchers; the caller holds mu.
+func (c *catalog) notifyLocked() {
+	close(c.next)
+	c.next = make(chan struct{})
 }
 
 func (c *catalog) Apply(l *raft.Log) any {
@@ -98,6 +113,7 @@ func (c *catalog) Apply(l *raft.Log) any {
 		c.mu.Unlock()
 		panic(fmt.Sprintf("broker: unknown metadata entry type %d at raft index %d", l.Data[0], l.Index))
 	}
+	c.notifyLocked()
 	c.mu.Unlock()
 	if err != nil {
 		panic(fmt.Sprintf("broker: metadata entry at raft index %d: %v", l.Index, err))
@@ -134,6 +150,7 @@ func (c *catalog) Restore(rc io.ReadCloser) error {
 	}
 	c.mu.Lock()
 	c.state = st
+	c.notifyLocked()
 	c.mu.Unlock()
 	if c.changed != nil {
 		c.changed()

@@ -36,9 +36,15 @@ type Node struct {
 	meta     *cluster.Group
 	catalog  *catalog
 
+	// gossip is nil when the node runs without membership (no GossipAddr).
+	gossip gossip
+
 	reconcileCh chan struct{}
 	stop        chan struct{}
-	wg          sync.WaitGroup
+	// ctx ends when the node closes.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu         sync.Mutex
 	partitions map[string]*localPartition
@@ -59,7 +65,10 @@ func NewNode(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Node{
+		ctx:         ctx,
+		cancel:      cancel,
 		cfg:         cfg,
 		logger:      cfg.Logger.With("node", cfg.NodeID),
 		reconcileCh: make(chan struct{}, 1),
@@ -102,15 +111,18 @@ func (n *Node) Start(ctx context.Context) error {
 		n.shutdownListeners()
 		return err
 	}
-	if err := n.meta.Bootstrap(ctx, []cluster.Server{{ID: n.cfg.NodeID, Address: n.cfg.AdvertiseRaftAddr, Voter: true}}); err != nil {
-		n.Close()
-		return err
+	if n.cfg.BootstrapExpect == 1 {
+		if err := n.meta.Bootstrap(ctx, []cluster.Server{{ID: n.cfg.NodeID, Address: n.cfg.AdvertiseRaftAddr, Voter: true}}); err != nil {
+			n.Close()
+			return err
+		}
+	} else {
+		n.wg.Add(1)
+		go n.bootstrapLoop()
 	}
-	if _, err := n.meta.WaitForLeader(ctx); err != nil {
-		n.Close()
-		return fmt.Errorf("broker: metadata group has no leader: %w", err)
-	}
-	if err := n.register(ctx); err != nil {
+	n.wg.Add(1)
+	go n.metaLeaderLoop()
+	if err := n.waitRegistered(ctx); err != nil {
 		n.Close()
 		return err
 	}
@@ -121,20 +133,22 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// register records the node's addresses in the metadata group.
-func (n *Node) register(ctx context.Context) error {
+// waitRegistered waits until the metadata group has a leader and this
+// node, at its current addresses, is in the catalog.
+func (n *Node) waitRegistered(ctx context.Context) error {
 	self := nodeInfo{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
-	if have, ok := n.catalog.node(self.ID); ok && have == self {
-		return nil
+	for {
+		changed := n.catalog.watch()
+		if have, ok := n.catalog.node(self.ID); ok && have == self {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			leader, _ := n.meta.Leader()
+			return fmt.Errorf("broker: the node was not registered in the metadata group (leader %q): %w", leader, ctx.Err())
+		}
 	}
-	data, err := encodeEntry(metaRegisterNode, self)
-	if err != nil {
-		return err
-	}
-	if _, err := n.meta.Apply(ctx, data); err != nil {
-		return fmt.Errorf("broker: register node: %w", err)
-	}
-	return nil
 }
 
 // groupConfig returns the configuration of one of the node's Raft groups.
@@ -470,6 +484,7 @@ func (n *Node) Close() error {
 	}
 	n.mu.Unlock()
 	close(n.stop)
+	n.cancel()
 	if n.clientLn != nil {
 		n.clientLn.Close()
 	}

@@ -50,6 +50,7 @@ type node struct {
 	addr    string // client address it bound
 	logs    *lockedBuffer
 	exited  chan struct{}
+	ready   chan string // the client address, once ready
 }
 
 type lockedBuffer struct {
@@ -73,6 +74,14 @@ func (l *lockedBuffer) String() string {
 // says it is ready. The process is killed when the test ends.
 func startNode(t testing.TB, id, dataDir string, extra ...string) *node {
 	t.Helper()
+	n := launch(t, id, dataDir, extra...)
+	n.waitReady()
+	return n
+}
+
+// launch starts fabriqd without waiting for it to be ready.
+func launch(t testing.TB, id, dataDir string, extra ...string) *node {
+	t.Helper()
 	args := append([]string{
 		"--node-id", id, "--data-dir", dataDir,
 		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--log-json",
@@ -85,8 +94,8 @@ func startNode(t testing.TB, id, dataDir string, extra ...string) *node {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{})}
-	ready := make(chan string, 1)
+	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{}), ready: make(chan string, 1)}
+	ready := n.ready
 	go func() {
 		// Owned by the process: it ends when the process's stderr closes.
 		sc := bufio.NewScanner(stderr)
@@ -115,14 +124,20 @@ func startNode(t testing.TB, id, dataDir string, extra ...string) *node {
 			t.Logf("logs of node %s:\n%s", id, tail(n.logs.String(), 60))
 		}
 	})
-	select {
-	case n.addr = <-ready:
-	case <-n.exited:
-		t.Fatalf("fabriqd %s exited before it was ready:\n%s", id, n.logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("fabriqd %s not ready after 60s:\n%s", id, n.logs.String())
-	}
 	return n
+}
+
+// waitReady waits until the node says it is ready and records its client
+// address.
+func (n *node) waitReady() {
+	n.t.Helper()
+	select {
+	case n.addr = <-n.ready:
+	case <-n.exited:
+		n.t.Fatalf("fabriqd %s exited before it was ready:\n%s", n.id, n.logs.String())
+	case <-time.After(90 * time.Second):
+		n.t.Fatalf("fabriqd %s not ready after 90s:\n%s", n.id, n.logs.String())
+	}
 }
 
 func tail(s string, lines int) string {

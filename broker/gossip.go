@@ -1,0 +1,180 @@
+package broker
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fabriq-io/fabriq/cluster"
+)
+
+// member is a node as gossip knows it.
+type member struct {
+	nodeInfo
+	State string // alive, suspect, dead, left
+}
+
+// gossip is what the node needs of cluster membership and of the leader
+// routing table that travels with it (cluster's Membership and routes).
+type gossip interface {
+	// members returns every node gossip knows, itself included.
+	members() []member
+	// changed is signalled (without blocking the sender) whenever
+	// membership changes.
+	changed() <-chan struct{}
+	// announce tells the cluster that leader leads partition in term.
+	announce(partition, leader string, term uint64)
+	// route returns a partition's leader as last announced.
+	route(partition string) (leader string, term uint64, ok bool)
+	// forget drops a deleted partition's route.
+	forget(partition string)
+	// leave tells the others this node is going, then stops gossiping.
+	leave(ctx context.Context) error
+	close() error
+}
+
+// alive returns the members gossip sees alive, sorted by id.
+func alive(g gossip) []member {
+	var out []member
+	for _, m := range g.members() {
+		if m.State == "alive" {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// bootstrapLoop waits until gossip shows BootstrapExpect nodes and, if
+// this node is among the BootstrapExpect lowest ids, bootstraps the
+// metadata group with them. Every such node computes the same set and
+// bootstraps with the same configuration, which Raft allows; the others
+// wait for the leader to add them. A group that already has state is left
+// alone.
+func (n *Node) bootstrapLoop() {
+	defer n.wg.Done()
+	ctx := n.ctx
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if servers, err := n.meta.Servers(ctx); err == nil && len(servers) > 0 {
+			return
+		}
+		if ms := alive(n.gossip); len(ms) >= n.cfg.BootstrapExpect {
+			set := ms[:n.cfg.BootstrapExpect]
+			if slices.ContainsFunc(set, func(m member) bool { return m.ID == n.cfg.NodeID }) {
+				var servers []cluster.Server
+				for _, m := range set {
+					servers = append(servers, cluster.Server{ID: m.ID, Address: m.RaftAddr, Voter: true})
+				}
+				if err := n.meta.Bootstrap(ctx, servers); err != nil {
+					n.logger.Error("bootstrapping the metadata group failed", "err", err)
+				} else {
+					n.logger.Info("bootstrapped the metadata group", "voters", len(servers))
+				}
+			}
+			return
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-n.gossip.changed():
+		case <-tick.C:
+		}
+	}
+}
+
+// maxMetaVoters bounds the metadata group's voters; other nodes replicate
+// it as non-voters.
+const maxMetaVoters = 5
+
+// metaLeaderLoop runs on every node and does the metadata leader's work
+// while this node is the leader: it records the nodes gossip sees (their
+// addresses) in the catalog, and adds them to the metadata group.
+func (n *Node) metaLeaderLoop() {
+	defer n.wg.Done()
+	w := n.meta.WatchLeader()
+	defer w.Stop()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	leader := false
+	var changes <-chan struct{}
+	if n.gossip != nil {
+		changes = n.gossip.changed()
+	}
+	for {
+		select {
+		case <-n.stop:
+			return
+		case l, ok := <-w.C:
+			if !ok {
+				return
+			}
+			leader = l.IsLeader
+		case <-changes:
+		case <-tick.C:
+		}
+		if leader {
+			n.reconcileMembers()
+		}
+	}
+}
+
+// reconcileMembers registers live nodes in the catalog and the metadata
+// group. Without gossip the node registers itself.
+func (n *Node) reconcileMembers() {
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	self := nodeInfo{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
+	want := []nodeInfo{self}
+	if n.gossip != nil {
+		want = want[:0]
+		for _, m := range alive(n.gossip) {
+			want = append(want, m.nodeInfo)
+		}
+	}
+	for _, ni := range want {
+		if have, ok := n.catalog.node(ni.ID); ok && have == ni {
+			continue
+		}
+		data, err := encodeEntry(metaRegisterNode, ni)
+		if err != nil {
+			return
+		}
+		if _, err := n.meta.Apply(ctx, data); err != nil {
+			n.logger.Warn("registering a node failed", "node", ni.ID, "err", err)
+			return
+		}
+	}
+	servers, err := n.meta.Servers(ctx)
+	if err != nil {
+		return
+	}
+	voters := 0
+	have := map[string]cluster.Server{}
+	for _, s := range servers {
+		have[s.ID] = s
+		if s.Voter {
+			voters++
+		}
+	}
+	for _, ni := range want {
+		s, ok := have[ni.ID]
+		switch {
+		case !ok && voters < maxMetaVoters, ok && s.Address != ni.RaftAddr && s.Voter:
+			// A new node, or a known one back at another address.
+			if err := n.meta.AddVoter(ctx, ni.ID, ni.RaftAddr); err != nil {
+				n.logger.Warn("adding a metadata voter failed", "node", ni.ID, "err", err)
+				continue
+			}
+			if !ok {
+				voters++
+			}
+		case !ok, ok && s.Address != ni.RaftAddr:
+			if err := n.meta.AddNonvoter(ctx, ni.ID, ni.RaftAddr); err != nil {
+				n.logger.Warn("adding a metadata non-voter failed", "node", ni.ID, "err", err)
+			}
+		}
+	}
+}
