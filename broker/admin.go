@@ -10,7 +10,8 @@ import (
 )
 
 // lookup answers where a partition's leader is: here, another node's
-// client address, or an error.
+// client address (from this node's replica or from the routes gossip
+// spreads), or an error with a hint.
 func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	p, err := geofabric.ParsePartition(name)
 	if err != nil {
@@ -19,14 +20,15 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	if _, ok := n.catalog.stream(p.Stream.String()); !ok {
 		return nil, wireError(transport.CodeStreamNotFound, "stream %s does not exist", p.Stream)
 	}
-	if lp, ok := n.partition(name); ok {
-		if lp.group.IsLeader() {
-			return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
-		}
-		id, _ := lp.group.Leader()
+	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
+		return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
+	}
+	if id, _ := n.leaderOf(name); id != "" && id != n.cfg.NodeID {
 		if info, ok := n.catalog.node(id); ok {
 			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
 		}
+	}
+	if _, ok := n.partition(name); ok {
 		return nil, wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	return nil, n.notHere(name)

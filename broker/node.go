@@ -253,7 +253,54 @@ func (n *Node) reconcile() {
 	n.mu.Lock()
 	close(n.changed)
 	n.changed = make(chan struct{})
+	leading := make([]*localPartition, 0, len(n.partitions))
+	for _, lp := range n.partitions {
+		if lp.group.IsLeader() {
+			leading = append(leading, lp)
+		}
+	}
 	n.mu.Unlock()
+	for _, lp := range leading {
+		n.reconcileReplicas(lp, want[lp.name])
+	}
+}
+
+// reconcileReplicas makes the Raft configuration of a partition this node
+// leads match its placement: replicas added first (or re-addressed), then
+// the ones no longer placed removed, so the group never has fewer replicas
+// than its majority needs because of the change itself.
+func (n *Node) reconcileReplicas(lp *localPartition, placement []string) {
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	servers, err := lp.group.Servers(ctx)
+	if err != nil {
+		return
+	}
+	have := map[string]string{}
+	for _, s := range servers {
+		have[s.ID] = s.Address
+	}
+	for _, id := range placement {
+		info, ok := n.catalog.node(id)
+		if !ok || have[id] == info.RaftAddr {
+			continue
+		}
+		if err := lp.group.AddVoter(ctx, id, info.RaftAddr); err != nil {
+			n.logger.Warn("adding a replica failed", "partition", lp.name, "node", id, "err", err)
+			return
+		}
+		n.logger.Info("replica added", "partition", lp.name, "node", id, "addr", info.RaftAddr)
+	}
+	for id := range have {
+		if slices.Contains(placement, id) {
+			continue
+		}
+		if err := lp.group.RemoveServer(ctx, id); err != nil {
+			n.logger.Warn("removing a replica failed", "partition", lp.name, "node", id, "err", err)
+			return
+		}
+		n.logger.Info("replica removed", "partition", lp.name, "node", id)
+	}
 }
 
 // partitionDir is where a partition's data lives: names are validated, so
@@ -311,6 +358,15 @@ func (n *Node) openPartition(name string, replicas []string) (*localPartition, e
 		return nil, err
 	}
 	p := newPartition(name, pcfg, log, f, g, n.logger, func() error { return n.notLeaderError(name, g) })
+	p.onLeadership = func(l cluster.Leadership) {
+		if !l.IsLeader {
+			return
+		}
+		if n.gossip != nil {
+			n.gossip.announce(name, n.cfg.NodeID, l.Term)
+		}
+		n.requestReconcile() // a new leader checks the replicas
+	}
 	target.Store(p)
 	p.start()
 	return &localPartition{partition: p, group: g}, nil
@@ -349,14 +405,28 @@ func (n *Node) nodeState(id string) string {
 	if id == n.cfg.NodeID {
 		return "alive"
 	}
+	if n.gossip != nil {
+		for _, m := range n.gossip.members() {
+			if m.ID == id {
+				return m.State
+			}
+		}
+	}
 	return "unknown"
 }
 
-// leaderOf returns a partition's leader and term as this node knows them.
+// leaderOf returns a partition's leader and term as this node knows them:
+// from its own replica, else from the routes gossip spreads.
 func (n *Node) leaderOf(name string) (string, uint64) {
 	if lp, ok := n.partition(name); ok {
-		id, _ := lp.group.Leader()
-		return id, lp.group.Term()
+		if id, _ := lp.group.Leader(); id != "" {
+			return id, lp.group.Term()
+		}
+	}
+	if n.gossip != nil {
+		if id, term, ok := n.gossip.route(name); ok {
+			return id, term
+		}
 	}
 	return "", 0
 }
