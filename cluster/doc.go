@@ -4,9 +4,10 @@
 // one TCP port. This package owns that plumbing: the listener shared by all
 // groups, one hashicorp/raft instance per group with its stores, and a
 // snapshot store in which a snapshot of a large partition log costs a few
-// file-system operations instead of a copy. Gossip membership, the metadata
-// group, the leader routing table and replica placement will live here too;
-// they are not built yet.
+// file-system operations instead of a copy. It also owns gossip membership
+// (Membership) and the leader routing table that travels with it (Routes).
+// The metadata group's state machine and replica placement live in the
+// broker for now.
 //
 // The package does not know what a group replicates. The caller (the
 // broker's partition state machine) supplies a raft.FSM; cluster delivers
@@ -52,6 +53,34 @@
 //
 // Logs go to the *slog.Logger of the configuration; hashicorp/raft's hclog
 // output is bridged into it (Trace at LevelTrace).
+//
+// Membership and routing: a Membership is the node's view of the
+// cluster, kept by gossip (hashicorp/memberlist) on the gossip port. It
+// knows every member's NodeMeta (region, client, Raft and HTTP addresses,
+// version) and state (alive, left, dead), and tells watchers of joins,
+// updates, graceful leaves and failures. The same gossip carries the
+// leader routing table, Routes: the partition's leader announces itself
+// (Announce), every node can Lookup any partition, and a deleted
+// partition is forgotten with a tombstone (Forget). Newer routes win by
+// (epoch, term), whatever order they arrive in.
+//
+//   - MembershipConfig, DefaultMembershipConfig: the gossip knobs;
+//     DetectionTime says how long the cluster takes to declare a failed
+//     node dead (4.3s with the defaults, up to 10 nodes).
+//   - Membership: NewMembership, Start, Addr, Members, LocalMember, Watch,
+//     UpdateMeta, Leave, Close, Routes.
+//   - NodeMeta, Member, MemberState, MemberEvent, MemberWatch.
+//   - Routes (Announce, Forget, Lookup, Snapshot, Watch), Route,
+//     RouteEvent, RouteWatch.
+//
+// Lifecycle: NewMembership starts nothing; Start opens the port and joins
+// the Join addresses in the background; Leave says goodbye (the others see
+// the node Left, not Dead); Close stops gossip and every watch, and is
+// idempotent. memberlist's callbacks never block and never call back into
+// memberlist: they queue what they get for the Membership's goroutine.
+// Watch channels never make gossip wait: a slow reader receives each
+// node's or partition's latest state instead of every step. memberlist's
+// log lines are bridged into the configured *slog.Logger.
 //
 // DESIGN.md beside this file describes the wire header, the snapshot
 // store's disk layout and the decisions behind them.

@@ -7,7 +7,8 @@ import (
 
 // Errors returned by the cluster package. Test for them with errors.Is. The
 // Group methods that wait for Raft map hashicorp/raft's errors to these
-// (DESIGN.md has the table).
+// (DESIGN.md has the table). The Membership and Routes return ErrClosed after
+// Close and ErrTimeout when a deadline passed, as a Group does.
 var (
 	// ErrClosed is returned by every method of a Group, Mux or Layer after
 	// Close, and by a Group whose Raft instance has shut down (for example
@@ -43,6 +44,25 @@ var (
 	// metadata or state file is damaged, or whose expanded content does not
 	// have the size recorded when it was taken.
 	ErrBadSnapshot = errors.New("cluster: bad snapshot")
+	// ErrNotStarted is returned by Membership.Leave before Start.
+	ErrNotStarted = errors.New("cluster: membership not started")
+	// ErrStarted is returned by Membership.Start when it has started
+	// already.
+	ErrStarted = errors.New("cluster: membership already started")
+	// ErrLeft is returned by Membership.UpdateMeta after Leave: a node that
+	// left advertises nothing more.
+	ErrLeft = errors.New("cluster: left the cluster")
+	// ErrMetaTooLarge is matched by the error of MembershipConfig.Validate,
+	// NewMembership and Membership.UpdateMeta when the node metadata does
+	// not fit in memberlist's limit (memberlist.MetaMaxSize bytes encoded).
+	ErrMetaTooLarge = errors.New("cluster: node metadata too large")
+	// ErrBadRoute is returned by Routes.Announce and Routes.Forget for an
+	// empty or oversized partition name or leader id.
+	ErrBadRoute = errors.New("cluster: bad route")
+	// ErrStaleRoute is returned by Routes.Announce and Routes.Forget when
+	// the routing table already holds something newer for the partition
+	// (see Route for the order); the table is unchanged.
+	ErrStaleRoute = errors.New("cluster: stale route")
 )
 
 // NotLeaderError is returned when an operation that needs the leader runs on
