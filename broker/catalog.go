@@ -17,6 +17,7 @@ const (
 	metaRegisterNode entryType = iota + 1
 	metaCreateStream
 	metaDeleteStream
+	metaReplaceReplica
 )
 
 // nodeInfo is a node as the metadata group knows it.
@@ -30,10 +31,24 @@ type nodeInfo struct {
 // streamMeta is a stream's definition and the placement of its partitions'
 // replicas: Placement[i] lists the node ids of partition i's replicas.
 type streamMeta struct {
+	// Epoch is the Raft index of the entry that created the stream: a
+	// stream deleted and created again under its name has a higher one.
+	Epoch      uint64     `msgpack:"e"`
 	Name       string     `msgpack:"n"`
 	Partitions int        `msgpack:"p"`
 	Replicas   int        `msgpack:"r"`
 	Placement  [][]string `msgpack:"pl"`
+	// Initial is the placement the stream was created with: those
+	// replicas bootstrap the partition's group; later ones join it.
+	Initial [][]string `msgpack:"in"`
+}
+
+// replaceReplicaEntry moves one replica of a partition to another node.
+type replaceReplicaEntry struct {
+	Stream    string `msgpack:"s"`
+	Partition int    `msgpack:"p"`
+	Old       string `msgpack:"o"`
+	New       string `msgpack:"n"`
 }
 
 type deleteStreamEntry struct {
@@ -98,6 +113,8 @@ func (c *catalog) Apply(l *raft.Log) any {
 			if _, ok := c.state.Streams[s.Name]; ok {
 				res = false
 			} else {
+				s.Epoch = l.Index
+				s.Initial = s.Placement
 				c.state.Streams[s.Name] = &s
 				res = true
 			}
@@ -108,6 +125,11 @@ func (c *catalog) Apply(l *raft.Log) any {
 			_, ok := c.state.Streams[d.Name]
 			delete(c.state.Streams, d.Name)
 			res = ok
+		}
+	case metaReplaceReplica:
+		var e replaceReplicaEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			res = c.replaceLocked(e)
 		}
 	default:
 		c.mu.Unlock()
@@ -156,6 +178,26 @@ func (c *catalog) Restore(rc io.ReadCloser) error {
 		c.changed()
 	}
 	return nil
+}
+
+// replaceLocked applies a replica move; it reports whether it changed
+// anything (the stream may be gone, or the move already done).
+func (c *catalog) replaceLocked(e replaceReplicaEntry) bool {
+	s := c.state.Streams[e.Stream]
+	if s == nil || e.Partition < 0 || e.Partition >= len(s.Placement) {
+		return false
+	}
+	p := s.Placement[e.Partition]
+	i := slices.Index(p, e.Old)
+	if i < 0 || slices.Contains(p, e.New) {
+		return false
+	}
+	p = slices.Clone(p)
+	p[i] = e.New
+	placement := slices.Clone(s.Placement)
+	placement[e.Partition] = p
+	s.Placement = placement
+	return true
 }
 
 // stream returns a copy of a stream's definition.

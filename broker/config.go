@@ -25,8 +25,19 @@ type Config struct {
 	// AdvertiseRaftAddr is the Raft address peers dial; default the
 	// address RaftAddr bound.
 	AdvertiseRaftAddr string
+	// GossipAddr is where membership gossip listens (TCP and UDP); port 0
+	// picks one. Empty runs the node without membership: alone.
+	GossipAddr string
+	// Join lists gossip addresses of nodes already in the cluster.
+	Join []string
+	// HTTPAddr is advertised to other nodes for metrics and health.
+	HTTPAddr string
 	// Region is the node's region.
 	Region string
+	// ReplaceDeadAfter is how long a node may stay dead before the
+	// metadata leader moves its replicas to live nodes. Default 5m;
+	// negative never moves them.
+	ReplaceDeadAfter time.Duration
 	// BootstrapExpect is how many nodes bootstrap the metadata group
 	// together. Default 1: a lone node bootstraps itself.
 	BootstrapExpect int
@@ -76,6 +87,9 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = d.Version
 	}
+	if c.ReplaceDeadAfter == 0 {
+		c.ReplaceDeadAfter = 5 * time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,8 +106,10 @@ func (c Config) Validate() error {
 		return errors.New("broker: DataDir is required")
 	case c.BootstrapExpect < 1:
 		return fmt.Errorf("broker: BootstrapExpect must be at least 1, not %d", c.BootstrapExpect)
-	case c.BootstrapExpect > 1:
-		return fmt.Errorf("broker: BootstrapExpect %d needs cluster membership, which this build does not have yet", c.BootstrapExpect)
+	case c.BootstrapExpect > 1 && c.GossipAddr == "":
+		return fmt.Errorf("broker: BootstrapExpect %d needs GossipAddr: nodes find each other by gossip", c.BootstrapExpect)
+	case len(c.Join) > 0 && c.GossipAddr == "":
+		return errors.New("broker: Join needs GossipAddr")
 	case c.MaxMessageBytes < 1:
 		return fmt.Errorf("broker: MaxMessageBytes must be positive, not %d", c.MaxMessageBytes)
 	}

@@ -12,7 +12,8 @@ import (
 // member is a node as gossip knows it.
 type member struct {
 	nodeInfo
-	State string // alive, suspect, dead, left
+	State string    // alive, dead, left
+	Since time.Time // when this node saw State begin
 }
 
 // gossip is what the node needs of cluster membership and of the leader
@@ -117,6 +118,72 @@ func (n *Node) metaLeaderLoop() {
 		}
 		if leader {
 			n.reconcileMembers()
+			n.replaceDead()
+		}
+	}
+}
+
+// replaceDead moves the replicas of nodes dead for longer than
+// ReplaceDeadAfter to live nodes: for each partition, one metadata entry
+// swaps the dead node for the least loaded live node not yet holding a
+// replica. The partition's leader then changes its Raft group to match.
+func (n *Node) replaceDead() {
+	if n.gossip == nil || n.cfg.ReplaceDeadAfter <= 0 {
+		return
+	}
+	dead := map[string]bool{}
+	for _, m := range n.gossip.members() {
+		if m.State != "alive" && time.Since(m.Since) > n.cfg.ReplaceDeadAfter {
+			dead[m.ID] = true
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	live := alive(n.gossip)
+	load := map[string]int{}
+	for _, s := range n.catalog.streams() {
+		for _, p := range s.Placement {
+			for _, id := range p {
+				load[id]++
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	for _, s := range n.catalog.streams() {
+		for i, replicas := range s.Placement {
+			for _, old := range replicas {
+				if !dead[old] {
+					continue
+				}
+				var best *member
+				for j := range live {
+					cand := &live[j]
+					if slices.Contains(replicas, cand.ID) {
+						continue
+					}
+					if best == nil || load[cand.ID] < load[best.ID] {
+						best = cand
+					}
+				}
+				if best == nil {
+					continue // no live node left to move to
+				}
+				data, err := encodeEntry(metaReplaceReplica, replaceReplicaEntry{Stream: s.Name, Partition: i, Old: old, New: best.ID})
+				if err != nil {
+					return
+				}
+				if _, err := n.meta.Apply(ctx, data); err != nil {
+					n.logger.Warn("moving a replica failed", "stream", s.Name, "partition", i, "from", old, "err", err)
+					return
+				}
+				n.logger.Info("replica moved off a dead node", "stream", s.Name, "partition", i, "from", old, "to", best.ID)
+				load[best.ID]++
+				load[old]--
+				replicas = slices.Clone(replicas)
+				replicas[slices.Index(replicas, old)] = best.ID
+			}
 		}
 	}
 }

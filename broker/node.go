@@ -105,6 +105,23 @@ func (n *Node) Start(ctx context.Context) error {
 		n.shutdownListeners()
 		return err
 	}
+	if n.cfg.GossipAddr != "" {
+		g, err := startGossip(cluster.MembershipConfig{
+			NodeID:   n.cfg.NodeID,
+			BindAddr: n.cfg.GossipAddr,
+			Join:     n.cfg.Join,
+			Meta: cluster.NodeMeta{
+				ID: n.cfg.NodeID, Region: n.cfg.Region, ClientAddr: n.cfg.AdvertiseClientAddr,
+				RaftAddr: n.cfg.AdvertiseRaftAddr, HTTPAddr: n.cfg.HTTPAddr, Version: n.cfg.Version,
+			},
+			Logger: n.logger,
+		}, n.partitionEpoch)
+		if err != nil {
+			n.shutdownListeners()
+			return fmt.Errorf("broker: gossip: %w", err)
+		}
+		n.gossip = g
+	}
 	n.catalog = newCatalog(n.requestReconcile)
 	n.meta, err = cluster.OpenGroup(n.groupConfig(metaGroupID, filepath.Join(n.cfg.DataDir, "meta"), n.catalog, nil))
 	if err != nil {
@@ -175,6 +192,24 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	return cfg
 }
 
+// GossipAddr returns the gossip address, empty without membership.
+func (n *Node) GossipAddr() string {
+	if g, ok := n.gossip.(*clusterGossip); ok {
+		return g.m.Addr()
+	}
+	return ""
+}
+
+// partitionEpoch returns the incarnation of a partition's stream.
+func (n *Node) partitionEpoch(partition string) uint64 {
+	p, err := geofabric.ParsePartition(partition)
+	if err != nil {
+		return 0
+	}
+	s, _ := n.catalog.stream(p.Stream.String())
+	return s.Epoch
+}
+
 // Addr returns the address clients connect to.
 func (n *Node) Addr() string { return n.cfg.AdvertiseClientAddr }
 
@@ -204,6 +239,7 @@ func (n *Node) reconcileLoop() {
 
 func (n *Node) reconcile() {
 	want := map[string][]string{}
+	initial := map[string][]string{}
 	for _, s := range n.catalog.streams() {
 		st, err := geofabric.ParseStream(s.Name)
 		if err != nil {
@@ -213,6 +249,9 @@ func (n *Node) reconcile() {
 		for i, p := range st.Partitions(s.Partitions) {
 			if i < len(s.Placement) && slices.Contains(s.Placement[i], n.cfg.NodeID) {
 				want[p.String()] = s.Placement[i]
+				if i < len(s.Initial) {
+					initial[p.String()] = s.Initial[i]
+				}
 			}
 		}
 	}
@@ -231,12 +270,15 @@ func (n *Node) reconcile() {
 	n.mu.Unlock()
 	for _, lp := range drop {
 		n.closePartition(lp, true)
+		if n.gossip != nil {
+			n.gossip.forget(lp.name)
+		}
 	}
 	for name, replicas := range want {
 		if have[name] {
 			continue
 		}
-		lp, err := n.openPartition(name, replicas)
+		lp, err := n.openPartition(name, replicas, initial[name])
 		if err != nil {
 			n.logger.Error("cannot open partition", "partition", name, "err", err)
 			continue
@@ -266,9 +308,11 @@ func (n *Node) reconcile() {
 }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
-// leads match its placement: replicas added first (or re-addressed), then
-// the ones no longer placed removed, so the group never has fewer replicas
-// than its majority needs because of the change itself.
+// leads match its placement. Replicas on nodes that are gone are removed
+// first (they count in no majority), then placed replicas missing (or at a
+// new address) are added, then live replicas no longer placed are removed,
+// so the group never has fewer live replicas than its majority needs
+// because of the change itself.
 func (n *Node) reconcileReplicas(lp *localPartition, placement []string) {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
@@ -279,6 +323,25 @@ func (n *Node) reconcileReplicas(lp *localPartition, placement []string) {
 	have := map[string]string{}
 	for _, s := range servers {
 		have[s.ID] = s.Address
+	}
+	remove := func(gone func(id string) bool) bool {
+		for id := range have {
+			if slices.Contains(placement, id) || !gone(id) {
+				continue
+			}
+			if err := lp.group.RemoveServer(ctx, id); err != nil {
+				n.logger.Warn("removing a replica failed", "partition", lp.name, "node", id, "err", err)
+				return false
+			}
+			delete(have, id)
+			n.logger.Info("replica removed", "partition", lp.name, "node", id)
+		}
+		return true
+	}
+	// Replicas on nodes that are not alive go first: adding a voter while
+	// a dead one still counts would need the newcomer to commit anything.
+	if !remove(func(id string) bool { return n.nodeState(id) != "alive" }) {
+		return
 	}
 	for _, id := range placement {
 		info, ok := n.catalog.node(id)
@@ -291,16 +354,7 @@ func (n *Node) reconcileReplicas(lp *localPartition, placement []string) {
 		}
 		n.logger.Info("replica added", "partition", lp.name, "node", id, "addr", info.RaftAddr)
 	}
-	for id := range have {
-		if slices.Contains(placement, id) {
-			continue
-		}
-		if err := lp.group.RemoveServer(ctx, id); err != nil {
-			n.logger.Warn("removing a replica failed", "partition", lp.name, "node", id, "err", err)
-			return
-		}
-		n.logger.Info("replica removed", "partition", lp.name, "node", id)
-	}
+	remove(func(string) bool { return true })
 }
 
 // partitionDir is where a partition's data lives: names are validated, so
@@ -314,7 +368,11 @@ func (n *Node) partitionDir(name string) string {
 	return filepath.Join(n.cfg.DataDir, "partitions", p.Stream.Tenant, p.Stream.Fabric, leaf)
 }
 
-func (n *Node) openPartition(name string, replicas []string) (*localPartition, error) {
+// openPartition opens a partition placed on this node. A replica of the
+// stream's initial placement bootstraps the group with the others (all of
+// them with the same configuration); a replica placed later waits for the
+// leader to add it.
+func (n *Node) openPartition(name string, replicas, initial []string) (*localPartition, error) {
 	dir := n.partitionDir(name)
 	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{Logger: n.logger.With("partition", name)})
 	if err != nil {
@@ -340,6 +398,9 @@ func (n *Node) openPartition(name string, replicas []string) (*localPartition, e
 		log.Close()
 		return nil, err
 	}
+	if !slices.Contains(initial, n.cfg.NodeID) {
+		replicas = nil
+	}
 	var servers []cluster.Server
 	for _, id := range replicas {
 		info, ok := n.catalog.node(id)
@@ -352,7 +413,9 @@ func (n *Node) openPartition(name string, replicas []string) (*localPartition, e
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	if err := g.Bootstrap(ctx, servers); err != nil {
+	if len(servers) == 0 {
+		// Not an initial replica: nothing to bootstrap.
+	} else if err := g.Bootstrap(ctx, servers); err != nil {
 		g.Close()
 		log.Close()
 		return nil, err
@@ -536,6 +599,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.logger.Warn("leadership transfer failed", "group", g.ID(), "err", err)
 		}
 	}
+	if n.gossip != nil {
+		if err := n.gossip.leave(ctx); err != nil {
+			n.logger.Warn("leaving gossip failed", "err", err)
+		}
+	}
 	return n.Close()
 }
 
@@ -572,6 +640,11 @@ func (n *Node) Close() error {
 	var err error
 	if n.meta != nil {
 		err = n.meta.Close()
+	}
+	if n.gossip != nil {
+		if gerr := n.gossip.close(); err == nil {
+			err = gerr
+		}
 	}
 	n.shutdownListeners()
 	return err

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,6 +43,7 @@ type options struct {
 	join            []string
 	bootstrapExpect int
 	maxMessageBytes int
+	replaceDead     time.Duration
 	logLevel        string
 	logJSON         bool
 }
@@ -74,12 +74,13 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.dataDir, "data-dir", "fabriq-data", "directory for the node's metadata and partition data")
 	f.StringVar(&o.clientAddr, "client-addr", "127.0.0.1:6650", "address clients connect to")
 	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
-	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address (used once clustering is enabled)")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "metrics and health address (used once served)")
+	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address, TCP and UDP")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "metrics and health address (advertised; served in a later version)")
 	f.StringVar(&o.region, "region", "", "the node's region")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "nodes that bootstrap the metadata group together (1: bootstrap alone)")
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
+	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
 	cmd.SetOut(stdout)
@@ -101,19 +102,20 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(handler)
-	if len(o.join) > 0 {
-		return errors.New("--join needs cluster membership, which this build does not have yet; start a single node")
-	}
 	node, err := broker.NewNode(broker.Config{
-		NodeID:          o.nodeID,
-		DataDir:         o.dataDir,
-		ClientAddr:      o.clientAddr,
-		RaftAddr:        o.raftAddr,
-		Region:          o.region,
-		BootstrapExpect: o.bootstrapExpect,
-		MaxMessageBytes: o.maxMessageBytes,
-		Version:         version,
-		Logger:          logger,
+		NodeID:           o.nodeID,
+		DataDir:          o.dataDir,
+		ClientAddr:       o.clientAddr,
+		RaftAddr:         o.raftAddr,
+		Region:           o.region,
+		GossipAddr:       o.gossipAddr,
+		Join:             o.join,
+		HTTPAddr:         o.httpAddr,
+		BootstrapExpect:  o.bootstrapExpect,
+		MaxMessageBytes:  o.maxMessageBytes,
+		ReplaceDeadAfter: o.replaceDead,
+		Version:          version,
+		Logger:           logger,
 	})
 	if err != nil {
 		return err
@@ -126,7 +128,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "data", o.dataDir, "version", version)
+	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "data", o.dataDir, "version", version)
 	<-ctx.Done()
 	logger.Info("fabriqd stopping", "signal", strings.TrimSpace(context.Cause(ctx).Error()))
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)

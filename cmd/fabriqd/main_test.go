@@ -35,7 +35,6 @@ func TestVersionFlag(t *testing.T) {
 func TestBadFlagsFailClearly(t *testing.T) {
 	for _, args := range [][]string{
 		{"--log-level", "loud"},
-		{"--join", "127.0.0.1:7946"},
 		{"--bootstrap-expect", "-1", "--data-dir", "x"},
 	} {
 		cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
