@@ -84,7 +84,7 @@ func launch(t testing.TB, id, dataDir string, extra ...string) *node {
 	t.Helper()
 	args := append([]string{
 		"--node-id", id, "--data-dir", dataDir,
-		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--log-json",
+		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-json",
 	}, extra...)
 	cmd := exec.Command(filepath.Join(bin, "fabriqd"), args...)
 	stderr, err := cmd.StderrPipe()

@@ -1,0 +1,382 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/client"
+)
+
+// clusterNode is a node of a test cluster with fixed addresses, so that it
+// can be restarted where it was.
+type clusterNode struct {
+	*node
+	id   string
+	dir  string
+	args []string
+}
+
+// startCluster starts n nodes that bootstrap together by gossip.
+func startCluster(t *testing.T, n int, extra ...string) []*clusterNode {
+	t.Helper()
+	root := t.TempDir()
+	gossip := make([]string, n)
+	for i := range gossip {
+		gossip[i] = freeAddr(t)
+	}
+	nodes := make([]*clusterNode, n)
+	for i := range nodes {
+		cn := &clusterNode{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(root, fmt.Sprint("n", i+1))}
+		cn.args = []string{
+			"--client-addr", freeAddr(t), "--raft-addr", freeAddr(t), "--gossip-addr", gossip[i],
+			"--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n],
+		}
+		cn.args = append(cn.args, extra...)
+		cn.node = launch(t, cn.id, cn.dir, cn.args...)
+		nodes[i] = cn
+	}
+	for _, cn := range nodes {
+		cn.waitReady()
+	}
+	return nodes
+}
+
+// restart starts a stopped node again with its data and addresses.
+func (cn *clusterNode) restart(t *testing.T) {
+	t.Helper()
+	cn.node = startNode(t, cn.id, cn.dir, cn.args...)
+}
+
+func byID(nodes []*clusterNode, id string) *clusterNode {
+	for _, n := range nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// leaderOf returns a partition's leader as the cluster reports it.
+func leaderOf(ctx context.Context, t *testing.T, c *client.Client, partition string) string {
+	t.Helper()
+	for {
+		st, err := c.ClusterStatus(ctx)
+		if err == nil {
+			for _, p := range st.Partitions {
+				if p.Partition == partition && p.Leader != "" {
+					return p.Leader
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no leader for %s: %v", partition, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// produceAll sends count messages asynchronously and returns the
+// acknowledged ids by payload; hook runs once, after half were queued.
+func produceAll(ctx context.Context, t *testing.T, p *client.Producer, count int, hook func()) (map[string]client.MessageID, []error) {
+	t.Helper()
+	var mu sync.Mutex
+	acked := map[string]client.MessageID{}
+	var failed []error
+	var wg sync.WaitGroup
+	wg.Add(count)
+	for i := range count {
+		if i == count/2 && hook != nil {
+			hook()
+		}
+		p.SendAsync(ctx, &client.ProducerMessage{Key: fmt.Sprint("k", i%101), Payload: []byte(fmt.Sprint("m", i))}, func(id client.MessageID, m *client.ProducerMessage, err error) {
+			mu.Lock()
+			if err != nil {
+				failed = append(failed, err)
+			} else {
+				acked[string(m.Payload)] = id
+			}
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return acked, failed
+}
+
+// readAll reads a subscription from the earliest message until every
+// acknowledged message came back, checking per-partition offset order.
+func readAll(ctx context.Context, t *testing.T, c *client.Client, stream string, acked map[string]client.MessageID) {
+	t.Helper()
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "check", SubscriptionInitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	last := map[int]uint64{}
+	seen := map[string]bool{}
+	for len(seen) < len(acked) {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d acknowledged messages: %v", len(seen), len(acked), err)
+		}
+		if prev, ok := last[m.ID.Partition]; ok && m.ID.Offset <= prev {
+			t.Fatalf("partition %d: offset %d after %d", m.ID.Partition, m.ID.Offset, prev)
+		}
+		last[m.ID.Partition] = m.ID.Offset
+		payload := string(m.Payload)
+		if id, ok := acked[payload]; ok {
+			if id != m.ID {
+				t.Fatalf("%s read at %v, acknowledged at %v", payload, m.ID, id)
+			}
+			seen[payload] = true
+		}
+		if err := cons.Ack(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitIdentical waits until every node holds the same offsets for every
+// partition of the stream.
+func waitIdentical(ctx context.Context, t *testing.T, nodes []*clusterNode, stream string) {
+	t.Helper()
+	for {
+		var views []string
+		for _, n := range nodes {
+			c, err := client.New(client.Options{URL: n.url(), OperationTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.DescribeStream(ctx, stream)
+			c.Close()
+			if err != nil {
+				views = append(views, err.Error())
+				continue
+			}
+			v := ""
+			for _, p := range info.Partitions {
+				v += fmt.Sprintf("%d:%d..%d ", p.Partition, p.StartOffset, p.NextOffset)
+			}
+			views = append(views, v)
+		}
+		same := true
+		for _, v := range views[1:] {
+			same = same && v == views[0]
+		}
+		if same {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("replicas differ: %q", views)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// 3 nodes, a 3-replica stream with 4 partitions: 20,000 acknowledged
+// messages while the leader of a partition is killed; all come back in
+// offset order, and the killed node, restarted, catches up.
+func TestClusterKillLeader(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 4*time.Minute)
+	const stream = "persistent://acme/prod/replicated"
+	admin := newClient(t, nodes[0].url())
+	if err := admin.CreateStream(ctx, stream, 4, 3); err != nil {
+		t.Fatal(err)
+	}
+	victimID := leaderOf(ctx, t, admin, stream+"-partition-0")
+	victim := byID(nodes, victimID)
+	// The producing client knows one node, not the victim: it reaches
+	// the leaders of the other partitions through it.
+	var entry *clusterNode
+	for _, n := range nodes {
+		if n != victim {
+			entry = n
+			break
+		}
+	}
+	c := newClient(t, entry.url())
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Time{}
+	acked, failed := produceAll(ctx, t, p, 20_000, func() {
+		victim.kill()
+		killed = time.Now()
+	})
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+	}
+	t.Logf("20,000 messages acknowledged; leader %s of partition 0 killed at %v", victimID, killed.Format(time.TimeOnly))
+	readAll(ctx, t, c, stream, acked)
+	victim.restart(t)
+	waitIdentical(ctx, t, nodes, stream)
+}
+
+// Rolling restart of every node under a steady producer: no send fails and
+// no message is lost.
+func TestClusterRollingRestart(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 4*time.Minute)
+	const stream = "persistent://acme/prod/rolling"
+	url := "fabriq://" + nodes[0].addr + "," + nodes[1].addr + "," + nodes[2].addr
+	c := newClient(t, url)
+	if err := c.CreateStream(ctx, stream, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var acked map[string]client.MessageID
+	var failed []error
+	go func() {
+		defer close(done)
+		acked, failed = produceAllPaced(ctx, p, 6000, 2*time.Millisecond)
+	}()
+	for _, n := range nodes {
+		if err := n.stop(); err != nil {
+			t.Fatal(err)
+		}
+		n.restart(t)
+	}
+	<-done
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed during the rolling restart, first: %v", len(failed), failed[0])
+	}
+	readAll(ctx, t, c, stream, acked)
+}
+
+// produceAllPaced sends count messages one every interval, without waiting
+// for receipts, and returns the acknowledged ones.
+func produceAllPaced(ctx context.Context, p *client.Producer, count int, interval time.Duration) (map[string]client.MessageID, []error) {
+	var mu sync.Mutex
+	acked := map[string]client.MessageID{}
+	var failed []error
+	var wg sync.WaitGroup
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := range count {
+		<-tick.C
+		wg.Add(1)
+		p.SendAsync(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint("r", i))}, func(id client.MessageID, m *client.ProducerMessage, err error) {
+			mu.Lock()
+			if err != nil {
+				failed = append(failed, err)
+			} else {
+				acked[string(m.Payload)] = id
+			}
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return acked, failed
+}
+
+// 5 nodes: two killed at once; partitions that keep a live majority keep
+// serving, and after --replace-dead-after every partition is back to its
+// full replica count on live nodes.
+func TestClusterReplacesDeadNodes(t *testing.T) {
+	nodes := startCluster(t, 5, "--replace-dead-after", "3s")
+	ctx := testContext(t, 4*time.Minute)
+	const stream = "persistent://acme/prod/repair"
+	url := ""
+	for i, n := range nodes {
+		if i > 0 {
+			url += ","
+		}
+		url += n.addr
+	}
+	c := newClient(t, "fabriq://"+url)
+	if err := c.CreateStream(ctx, stream, 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placement := map[string][]string{}
+	for _, p := range st.Partitions {
+		for _, r := range p.Replicas {
+			placement[p.Partition] = append(placement[p.Partition], r.Node)
+		}
+	}
+	// Two victims that never hold a majority of one partition.
+	var victims []*clusterNode
+	for i := 0; i < len(nodes) && victims == nil; i++ {
+		for j := i + 1; j < len(nodes) && victims == nil; j++ {
+			ok := true
+			for _, reps := range placement {
+				lost := 0
+				for _, r := range reps {
+					if r == nodes[i].id || r == nodes[j].id {
+						lost++
+					}
+				}
+				ok = ok && lost < 2
+			}
+			if ok {
+				victims = []*clusterNode{nodes[i], nodes[j]}
+			}
+		}
+	}
+	if victims == nil {
+		t.Fatalf("no pair of nodes spares every majority in %v", placement)
+	}
+	victims[0].kill()
+	victims[1].kill()
+	dead := map[string]bool{victims[0].id: true, victims[1].id: true}
+	t.Logf("killed %s and %s; placement was %v", victims[0].id, victims[1].id, placement)
+
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, failed := produceAll(ctx, t, p, 2000, nil)
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed with a live majority in every partition, first: %v", len(failed), failed[0])
+	}
+	// Every partition regains three replicas, none on a dead node.
+	for {
+		st, err := c.ClusterStatus(ctx)
+		done := err == nil && len(st.Partitions) == 2
+		if done {
+			for _, p := range st.Partitions {
+				if len(p.Replicas) != 3 || p.Leader == "" {
+					done = false
+				}
+				for _, r := range p.Replicas {
+					if dead[r.Node] {
+						done = false
+					}
+				}
+			}
+		}
+		if done {
+			t.Logf("replicas after repair: %+v", st.Partitions)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("replicas not repaired: %+v, %v", st, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	var live []*clusterNode
+	for _, n := range nodes {
+		if !dead[n.id] {
+			live = append(live, n)
+		}
+	}
+	waitIdentical(ctx, t, live, stream)
+	readAll(ctx, t, c, stream, acked)
+}
