@@ -35,7 +35,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzRouteState$$' -fuzztime $(FUZZTIME) ./cluster
 
-run: build ## build and run a local node in the foreground (Ctrl-C stops it)
+run: build ## build and run a local three-node cluster in the foreground (Ctrl-C stops it)
 	@scripts/run.sh
 
 clean: ## remove build output

@@ -179,7 +179,7 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	cfg.Logger = n.logger
 	if t := n.cfg.Raft; t.HeartbeatTimeout > 0 {
 		cfg.HeartbeatTimeout = t.HeartbeatTimeout
-		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout
+		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout / 2
 	}
 	if t := n.cfg.Raft; t.ElectionTimeout > 0 {
 		cfg.ElectionTimeout = t.ElectionTimeout
@@ -587,22 +587,34 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.meta != nil {
 		groups = append(groups, n.meta)
 	}
+	// Hand-overs run in parallel, each bounded: when the whole cluster
+	// stops at once the peers may be leaving too.
+	var wg sync.WaitGroup
 	for _, g := range groups {
 		if !g.IsLeader() {
 			continue
 		}
-		servers, err := g.Servers(ctx)
-		if err != nil || len(servers) < 2 {
-			continue
-		}
-		if err := g.TransferLeadership(ctx); err != nil {
-			n.logger.Warn("leadership transfer failed", "group", g.ID(), "err", err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gctx, cancel := context.WithTimeout(ctx, transferTimeout)
+			defer cancel()
+			servers, err := g.Servers(gctx)
+			if err != nil || len(servers) < 2 {
+				return
+			}
+			if err := g.TransferLeadership(gctx); err != nil {
+				n.logger.Warn("leadership transfer failed", "group", g.ID(), "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 	if n.gossip != nil {
-		if err := n.gossip.leave(ctx); err != nil {
+		lctx, cancel := context.WithTimeout(ctx, transferTimeout)
+		if err := n.gossip.leave(lctx); err != nil {
 			n.logger.Warn("leaving gossip failed", "err", err)
 		}
+		cancel()
 	}
 	return n.Close()
 }
@@ -663,3 +675,7 @@ func (n *Node) shutdownListeners() {
 
 // applyTimeout bounds admin operations that go through Raft.
 const applyTimeout = 10 * time.Second
+
+// transferTimeout bounds one leadership hand-over, and the gossip leave,
+// at shutdown.
+const transferTimeout = 3 * time.Second

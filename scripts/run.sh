@@ -1,41 +1,59 @@
 #!/usr/bin/env bash
-# Starts a local fabriq node from bin/ and keeps it in the foreground;
-# Ctrl-C (or SIGTERM) stops it cleanly. Data stays in RUN_DIR between runs.
+# Starts a local three-node fabriq cluster from bin/ and keeps it in the
+# foreground; Ctrl-C (or SIGTERM) stops every node cleanly. Data and logs
+# stay in RUN_DIR between runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 run_dir="${RUN_DIR:-$PWD/.run}"
-client_addr="${CLIENT_ADDR:-127.0.0.1:6650}"
-raft_addr="${RAFT_ADDR:-127.0.0.1:7650}"
+nodes=3
 mkdir -p "$run_dir"
 
-bin/fabriqd --node-id n1 --data-dir "$run_dir/n1" \
-  --client-addr "$client_addr" --raft-addr "$raft_addr" 2>"$run_dir/n1.log" &
-pid=$!
+pids=()
 stop() {
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  echo "fabriq: node stopped; data kept in $run_dir"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  echo "fabriq: cluster stopped; data and logs kept in $run_dir"
 }
 trap 'stop; exit 0' INT TERM
 
-for _ in $(seq 1 100); do
-  if grep -q '"fabriqd ready"\|msg="fabriqd ready"' "$run_dir/n1.log" 2>/dev/null; then break; fi
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "fabriq: the node failed to start:" >&2
-    cat "$run_dir/n1.log" >&2
+for i in $(seq 0 $((nodes - 1))); do
+  bin/fabriqd --node-id "n$((i + 1))" --data-dir "$run_dir/n$((i + 1))" \
+    --client-addr "127.0.0.1:$((6650 + i))" --raft-addr "127.0.0.1:$((7650 + i))" \
+    --gossip-addr "127.0.0.1:$((7946 + i))" --http-addr "127.0.0.1:$((8080 + i))" \
+    --bootstrap-expect "$nodes" --join "127.0.0.1:$((7946 + (i + 1) % nodes))" \
+    2>"$run_dir/n$((i + 1)).log" &
+  pids+=($!)
+done
+
+for i in $(seq 1 "$nodes"); do
+  for _ in $(seq 1 300); do
+    if grep -q 'fabriqd ready' "$run_dir/n$i.log" 2>/dev/null; then break; fi
+    for pid in "${pids[@]}"; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        echo "fabriq: a node failed to start; its log:" >&2
+        tail -20 "$run_dir"/n*.log >&2
+        stop
+        exit 1
+      fi
+    done
+    sleep 0.1
+  done
+  if ! grep -q 'fabriqd ready' "$run_dir/n$i.log"; then
+    echo "fabriq: node n$i not ready after 30s; see $run_dir/n$i.log" >&2
+    stop
     exit 1
   fi
-  sleep 0.1
 done
 
 cat <<MSG
-fabriq: one node running (data in $run_dir, log in $run_dir/n1.log).
-  URL: fabriq://$client_addr
+fabriq: three nodes running on 127.0.0.1 (client ports 6650-6652); data and logs in $run_dir.
+  URL: fabriq://127.0.0.1:6650,127.0.0.1:6651,127.0.0.1:6652
   Try, in another terminal:
-    bin/fabriq stream create persistent://demo/local/hello --partitions 2
+    bin/fabriq stream create persistent://demo/local/hello --partitions 2 --replicas 3
     bin/fabriq produce persistent://demo/local/hello -m one -m two
     bin/fabriq consume persistent://demo/local/hello -s me --initial-position earliest -n 2 --json
-  Ctrl-C stops the node.
+    bin/fabriq cluster status
+  Ctrl-C stops the cluster.
 MSG
-wait "$pid"
+wait

@@ -72,3 +72,46 @@ func BenchmarkProduce(b *testing.B) {
 		p.Close()
 	}
 }
+
+// BenchmarkFailover kills the leader of a 3-replica partition ten times
+// (whatever b.N) and measures, each time, how long from the kill until a
+// send is acknowledged again; it reports the median and the maximum. The
+// killed node is restarted and caught up before the next kill.
+func BenchmarkFailover(b *testing.B) {
+	nodes := startCluster(b, 3)
+	ctx := b.Context()
+	url := "fabriq://" + nodes[0].addr + "," + nodes[1].addr + "," + nodes[2].addr
+	c, err := client.New(client.Options{URL: url, OperationTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	const stream = "persistent://bench/failover/s"
+	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+		b.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("warm")}); err != nil {
+		b.Fatal(err)
+	}
+	var pauses []time.Duration
+	for i := range 10 {
+		victim := byID(nodes, leaderOf(ctx, b, c, stream))
+		victim.kill()
+		killed := time.Now()
+		if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint("after kill ", i))}); err != nil {
+			b.Fatal(err)
+		}
+		pauses = append(pauses, time.Since(killed))
+		victim.restart(b)
+		waitIdentical(ctx, b, nodes, stream)
+	}
+	slices.Sort(pauses)
+	b.ReportMetric(float64((pauses[4]+pauses[5])/2)/float64(time.Millisecond), "median-ms")
+	b.ReportMetric(float64(pauses[9])/float64(time.Millisecond), "max-ms")
+	b.Logf("kill to first acknowledged send: %v", pauses)
+}

@@ -350,7 +350,7 @@ func TestGracefulStop(t *testing.T) {
 
 // freeAddr returns a loopback address with a port that was free a moment
 // ago, for a node that must come back on the same address.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -21,7 +21,7 @@ type clusterNode struct {
 }
 
 // startCluster starts n nodes that bootstrap together by gossip.
-func startCluster(t *testing.T, n int, extra ...string) []*clusterNode {
+func startCluster(t testing.TB, n int, extra ...string) []*clusterNode {
 	t.Helper()
 	root := t.TempDir()
 	gossip := make([]string, n)
@@ -46,7 +46,7 @@ func startCluster(t *testing.T, n int, extra ...string) []*clusterNode {
 }
 
 // restart starts a stopped node again with its data and addresses.
-func (cn *clusterNode) restart(t *testing.T) {
+func (cn *clusterNode) restart(t testing.TB) {
 	t.Helper()
 	cn.node = startNode(t, cn.id, cn.dir, cn.args...)
 }
@@ -61,7 +61,7 @@ func byID(nodes []*clusterNode, id string) *clusterNode {
 }
 
 // leaderOf returns a partition's leader as the cluster reports it.
-func leaderOf(ctx context.Context, t *testing.T, c *client.Client, partition string) string {
+func leaderOf(ctx context.Context, t testing.TB, c *client.Client, partition string) string {
 	t.Helper()
 	for {
 		st, err := c.ClusterStatus(ctx)
@@ -143,7 +143,7 @@ func readAll(ctx context.Context, t *testing.T, c *client.Client, stream string,
 
 // waitIdentical waits until every node holds the same offsets for every
 // partition of the stream.
-func waitIdentical(ctx context.Context, t *testing.T, nodes []*clusterNode, stream string) {
+func waitIdentical(ctx context.Context, t testing.TB, nodes []*clusterNode, stream string) {
 	t.Helper()
 	for {
 		var views []string

@@ -176,7 +176,7 @@ func (n *node) stop() error {
 
 func (n *node) url() string { return "fabriq://" + n.addr }
 
-func newClient(t *testing.T, url string) *client.Client {
+func newClient(t testing.TB, url string) *client.Client {
 	t.Helper()
 	c, err := client.New(client.Options{URL: url, OperationTimeout: 20 * time.Second})
 	if err != nil {

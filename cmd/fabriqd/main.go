@@ -44,6 +44,7 @@ type options struct {
 	bootstrapExpect int
 	maxMessageBytes int
 	replaceDead     time.Duration
+	raftHeartbeat   time.Duration
 	logLevel        string
 	logJSON         bool
 }
@@ -80,6 +81,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "nodes that bootstrap the metadata group together (1: bootstrap alone)")
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
+	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
@@ -114,6 +116,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		BootstrapExpect:  o.bootstrapExpect,
 		MaxMessageBytes:  o.maxMessageBytes,
 		ReplaceDeadAfter: o.replaceDead,
+		Raft:             broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
 		Version:          version,
 		Logger:           logger,
 	})
