@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/geofabric"
 )
 
 // member is a node as gossip knows it.
@@ -243,5 +244,62 @@ func (n *Node) reconcileMembers() {
 				n.logger.Warn("adding a metadata non-voter failed", "node", ni.ID, "err", err)
 			}
 		}
+	}
+}
+
+// balanceInterval is how often a node checks whether it leads more than
+// its share of partitions.
+const balanceInterval = 5 * time.Second
+
+// balanceLoop evens out partition leaders: every balanceInterval, a node
+// that leads more than its share hands one leadership to a replica that
+// leads less. One move per round per node keeps the cluster calm.
+func (n *Node) balanceLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(balanceInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
+		if n.gossip == nil {
+			continue
+		}
+		leaders := map[string]string{}
+		replicas := map[string][]string{}
+		for _, s := range n.catalog.streams() {
+			st, err := geofabric.ParseStream(s.Name)
+			if err != nil {
+				continue
+			}
+			for i, p := range st.Partitions(s.Partitions) {
+				if id, _ := n.leaderOf(p.String()); id != "" && i < len(s.Placement) {
+					leaders[p.String()] = id
+					replicas[p.String()] = s.Placement[i]
+				}
+			}
+		}
+		var live []string
+		for _, m := range alive(n.gossip) {
+			live = append(live, m.ID)
+		}
+		move, ok := balanceLeaders(n.cfg.NodeID, leaders, replicas, live)
+		if !ok {
+			continue
+		}
+		lp, ok := n.partition(move.partition)
+		info, known := n.catalog.node(move.to)
+		if !ok || !known || !lp.group.IsLeader() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
+		if err := lp.group.TransferLeadershipTo(ctx, move.to, info.RaftAddr); err != nil {
+			n.logger.Debug("leader balancing transfer failed", "partition", move.partition, "to", move.to, "err", err)
+		} else {
+			n.logger.Info("leadership handed over to even out leaders", "partition", move.partition, "to", move.to)
+		}
+		cancel()
 	}
 }

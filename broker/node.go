@@ -143,9 +143,10 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return err
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.reconcileLoop()
 	go n.acceptLoop()
+	go n.balanceLoop()
 	n.requestReconcile()
 	return nil
 }

@@ -38,3 +38,42 @@ func TestPlacementRefusesTooManyReplicas(t *testing.T) {
 		t.Fatal("zero replicas accepted")
 	}
 }
+
+func TestPlacementSpreadsRegions(t *testing.T) {
+	nodes := []nodeInfo{{ID: "a", Region: "eu"}, {ID: "b", Region: "eu"}, {ID: "c", Region: "us"}, {ID: "d", Region: "us"}, {ID: "e", Region: "ap"}}
+	got, err := place(nodes, map[string]int{}, 5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	region := map[string]string{}
+	for _, n := range nodes {
+		region[n.ID] = n.Region
+	}
+	for _, p := range got {
+		seen := map[string]bool{}
+		for _, id := range p {
+			if seen[region[id]] {
+				t.Fatalf("partition %v has two replicas in region %s", p, region[id])
+			}
+			seen[region[id]] = true
+		}
+	}
+}
+
+func TestBalanceLeaders(t *testing.T) {
+	replicas := map[string][]string{"p0": {"a", "b", "c"}, "p1": {"a", "b", "c"}, "p2": {"a", "b", "c"}}
+	live := []string{"a", "b", "c"}
+	// a leads all three: it hands one to the replica leading fewest.
+	m, ok := balanceLeaders("a", map[string]string{"p0": "a", "p1": "a", "p2": "a"}, replicas, live)
+	if !ok || m.partition != "p0" || m.to != "b" {
+		t.Fatalf("move %+v %v", m, ok)
+	}
+	// Balanced: nothing to do.
+	if _, ok := balanceLeaders("a", map[string]string{"p0": "a", "p1": "b", "p2": "c"}, replicas, live); ok {
+		t.Fatal("moved a balanced leadership")
+	}
+	// The only lighter node is dead: nothing to do.
+	if _, ok := balanceLeaders("a", map[string]string{"p0": "a", "p1": "a", "p2": "b"}, replicas, []string{"a", "b"}); ok {
+		t.Fatal("moved leadership when the light node is dead")
+	}
+}

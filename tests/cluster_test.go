@@ -380,3 +380,32 @@ func TestClusterReplacesDeadNodes(t *testing.T) {
 	waitIdentical(ctx, t, live, stream)
 	readAll(ctx, t, c, stream, acked)
 }
+
+// Leaders even out: with six partitions on three nodes each node ends up
+// leading two.
+func TestClusterBalancesLeaders(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 2*time.Minute)
+	c := newClient(t, nodes[0].url())
+	const stream = "persistent://acme/prod/balance"
+	if err := c.CreateStream(ctx, stream, 6, 3); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := c.ClusterStatus(ctx)
+		count := map[string]int{}
+		if err == nil {
+			for _, p := range st.Partitions {
+				count[p.Leader]++
+			}
+		}
+		if count["n1"] == 2 && count["n2"] == 2 && count["n3"] == 2 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("leaders per node %v, want two each (%v)", count, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
