@@ -15,9 +15,10 @@ import (
 // can be restarted where it was.
 type clusterNode struct {
 	*node
-	id   string
-	dir  string
-	args []string
+	id     string
+	dir    string
+	gossip string
+	args   []string
 }
 
 // startCluster starts n nodes that bootstrap together by gossip.
@@ -30,7 +31,7 @@ func startCluster(t testing.TB, n int, extra ...string) []*clusterNode {
 	}
 	nodes := make([]*clusterNode, n)
 	for i := range nodes {
-		cn := &clusterNode{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(root, fmt.Sprint("n", i+1))}
+		cn := &clusterNode{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(root, fmt.Sprint("n", i+1)), gossip: gossip[i]}
 		cn.args = []string{
 			"--client-addr", freeAddr(t), "--raft-addr", freeAddr(t), "--gossip-addr", gossip[i],
 			"--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n],
@@ -407,5 +408,64 @@ func TestClusterBalancesLeaders(t *testing.T) {
 			t.Fatalf("leaders per node %v, want two each (%v)", count, err)
 		case <-time.After(500 * time.Millisecond):
 		}
+	}
+}
+
+// A node restarted with its data but at new addresses rejoins under its
+// identity: the others learn its new addresses, its replicas follow, and
+// no stale entry is left.
+func TestClusterNodeMovesAddress(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	const stream = "persistent://acme/prod/moved"
+	c := newClient(t, nodes[0].url())
+	if err := c.CreateStream(ctx, stream, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, failed := produceAll(ctx, t, p, 300, nil); len(failed) > 0 {
+		t.Fatal(failed[0])
+	}
+	moved := nodes[1]
+	if err := moved.stop(); err != nil {
+		t.Fatal(err)
+	}
+	newClientAddr := freeAddr(t)
+	moved.args = []string{
+		"--client-addr", newClientAddr, "--raft-addr", freeAddr(t), "--gossip-addr", freeAddr(t),
+		"--join", nodes[0].gossip,
+	}
+	moved.restart(t)
+	// The cluster sees it alive at its new address, and only there.
+	for {
+		st, err := c.ClusterStatus(ctx)
+		ok := err == nil && len(st.Nodes) == 3
+		if ok {
+			for _, n := range st.Nodes {
+				if n.ID == moved.id && (n.ClientAddr != newClientAddr || n.State != "alive") {
+					ok = false
+				}
+			}
+		}
+		if ok {
+			t.Logf("after the move: %+v", st.Nodes)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the moved node is not known at its new address: %+v %v", st, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if _, failed := produceAll(ctx, t, p, 300, nil); len(failed) > 0 {
+		t.Fatal(failed[0])
+	}
+	// Its replicas caught up at the new address.
+	waitIdentical(ctx, t, nodes, stream)
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
 	}
 }
