@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -19,6 +20,9 @@ const (
 	maxPushBytes = 1 << 20
 	// deliverTimeout bounds one push to a consumer's connection.
 	deliverTimeout = 10 * time.Second
+	// sharedBurst is how many messages a shared subscription sends one
+	// consumer before moving on (SH-3).
+	sharedBurst = 20
 )
 
 // outbox is where a consumer's messages go: its session.
@@ -28,24 +32,32 @@ type outbox interface {
 	// evictConsumer forgets a consumer the partition dropped and tells the
 	// client (CloseConsumer), which then looks the leader up again.
 	evictConsumer(id uint64)
+	// activeChange tells a failover consumer it became active or inactive
+	// (FO-6).
+	activeChange(id uint64, active bool)
 }
 
 // consumer is a consumer attached to a subscription on the partition's
 // leader.
 type consumer struct {
-	id      uint64
-	name    string
-	out     outbox
-	permits int64
-	unacked int
+	id       uint64
+	name     string
+	priority int32
+	out      outbox
+	permits  int64
+	unacked  int
+	active   bool // failover: this consumer was last told it is active
 }
 
 // dispatcher sends a subscription's messages to its consumers. It runs on
 // the partition's leader only, and holds no replicated state: the cursor
 // is the state machine's, so a new leader's dispatcher starts from it.
 //
-// This is the exclusive mode (one consumer; EX-1..EX-5); the other modes
-// plug in as other choices of consumer and of what to resend.
+// The modes differ only in which consumer gets the next frame: exclusive
+// has one consumer (EX-1); shared goes round robin among the consumers
+// with permits, best priority level first, 20 messages at a time (SH-3);
+// failover sends only to the master (FO-1..FO-4). Key_shared is not here
+// yet.
 type dispatcher struct {
 	p    *partition
 	name string
@@ -60,6 +72,13 @@ type dispatcher struct {
 	pending   map[uint64]*consumer // delivered and not acknowledged
 	resend    []uint64             // offsets to deliver again before reading on
 	epoch     uint64               // bumped whenever readPos is reset
+
+	// rr is the shared mode's round-robin position.
+	rr int
+	// partition and stream place a failover subscription's partition
+	// (index -1 for an unpartitioned stream).
+	partition int
+	stream    string
 
 	wake chan struct{}
 	stop chan struct{}
@@ -124,13 +143,93 @@ func (d *dispatcher) run() {
 func (d *dispatcher) add(c *consumer) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.consumers) > 0 {
+	if len(d.consumers) > 0 && d.mode == transport.Exclusive {
 		return wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
 	}
+	first := len(d.consumers) == 0
 	d.consumers = append(d.consumers, c)
-	d.rewind()
+	if first {
+		d.rewind()
+	}
+	d.electLocked()
 	d.notify()
 	return nil
+}
+
+// master returns the failover master (FO-2..FO-4), nil in other modes or
+// without consumers.
+func (d *dispatcher) master() *consumer {
+	if d.mode != transport.Failover || len(d.consumers) == 0 {
+		return nil
+	}
+	cands := make([]subscription.Candidate, len(d.consumers))
+	for i, c := range d.consumers {
+		cands[i] = subscription.Candidate{Name: c.name, Priority: int(c.priority)}
+	}
+	name := subscription.Master(cands, d.partition, d.stream)
+	for _, c := range d.consumers {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// electLocked tells failover consumers whether they are active (FO-6), and
+// restarts delivery at the first unacknowledged message when the master
+// changes (FO-5).
+func (d *dispatcher) electLocked() {
+	if d.mode != transport.Failover {
+		return
+	}
+	m := d.master()
+	changed := false
+	for _, c := range d.consumers {
+		active := c == m
+		if active != c.active {
+			c.active = active
+			c.out.activeChange(c.id, active)
+			changed = changed || active
+		}
+	}
+	if changed {
+		d.rewind()
+	}
+}
+
+// pick returns the consumer that gets the next frame and how many
+// messages it may take, or nil.
+func (d *dispatcher) pick() (*consumer, int) {
+	switch d.mode {
+	case transport.Failover:
+		if m := d.master(); m != nil && m.permits > 0 {
+			return m, int(min(m.permits, maxPush))
+		}
+		return nil, 0
+	case transport.Shared:
+		best := int32(-1)
+		for _, c := range d.consumers {
+			if c.permits > 0 && (best < 0 || c.priority < best) {
+				best = c.priority
+			}
+		}
+		if best < 0 {
+			return nil, 0
+		}
+		for range d.consumers {
+			d.rr = (d.rr + 1) % len(d.consumers)
+			if c := d.consumers[d.rr]; c.permits > 0 && c.priority == best {
+				return c, int(min(c.permits, sharedBurst))
+			}
+		}
+		return nil, 0
+	}
+	for _, c := range d.consumers {
+		if c.permits > 0 {
+			return c, int(min(c.permits, maxPush))
+		}
+	}
+	return nil, 0
 }
 
 // rewind restarts delivery at the first unacknowledged message (EX-3). A
@@ -169,6 +268,7 @@ func (d *dispatcher) remove(c *consumer) bool {
 		}
 	}
 	slices.Sort(d.resend)
+	d.electLocked()
 	d.notify()
 	return len(d.consumers) == 0
 }
@@ -257,18 +357,11 @@ func (d *dispatcher) reset() {
 // there is something to send; it reports whether it sent anything.
 func (d *dispatcher) dispatchOnce() bool {
 	d.mu.Lock()
-	var c *consumer
-	for _, cand := range d.consumers {
-		if cand.permits > 0 {
-			c = cand
-			break
-		}
-	}
+	c, limit := d.pick()
 	if c == nil {
 		d.mu.Unlock()
 		return false
 	}
-	limit := int(min(c.permits, maxPush))
 	epoch, readPos := d.epoch, d.readPos
 	resend := slices.Clone(d.resend)
 	d.mu.Unlock()
@@ -365,8 +458,13 @@ func (d *dispatcher) describe() []transport.ConsumerInfo {
 	out := make([]transport.ConsumerInfo, 0, len(d.consumers))
 	for i, c := range d.consumers {
 		role := ""
-		if d.mode == transport.Exclusive && i == 0 {
+		switch {
+		case d.mode == transport.Exclusive && i == 0:
 			role = "active"
+		case d.mode == transport.Failover && c.active:
+			role = "master"
+		case d.mode == transport.Failover:
+			role = "standby"
 		}
 		out = append(out, transport.ConsumerInfo{Name: c.name, Role: role, Unacked: int64(c.unacked), Permits: c.permits})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,5 +288,160 @@ func TestKeyBasedBatching(t *testing.T) {
 	}
 	if len(last) != 4 {
 		t.Fatalf("keys seen: %v", last)
+	}
+}
+
+// SH-1, SH-3, SH-5: each message goes to one consumer; a consumer that
+// leaves without acknowledging gives its messages to the others.
+func TestSharedSubscription(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/shared"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	var consumers []*client.Consumer
+	for _, name := range []string{"x", "y", "z"} {
+		cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "work", Type: client.Shared, Name: name, ReceiverQueueSize: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumers = append(consumers, cons)
+	}
+	if err := consumers[0].AckCumulative(ctx, &client.Message{}); !errors.Is(err, client.ErrNotAllowed) {
+		t.Fatalf("cumulative ack on shared: %v", err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 300
+	for i := range total {
+		p.SendAsync(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}, func(client.MessageID, *client.ProducerMessage, error) {})
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// x takes five messages and leaves without acknowledging them.
+	held := map[string]bool{}
+	for range 5 {
+		m, err := consumers[0].Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[string(m.Payload)] = true
+	}
+	consumers[0].Close()
+	var mu sync.Mutex
+	acked := map[string]string{}
+	var wg sync.WaitGroup
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	for _, cons := range consumers[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := cons.Receive(rctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if prev, dup := acked[string(m.Payload)]; dup {
+					t.Errorf("%s acknowledged by %s and %s", m.Payload, prev, cons.Name())
+				}
+				acked[string(m.Payload)] = cons.Name()
+				done := len(acked) == total
+				mu.Unlock()
+				cons.Ack(rctx, m)
+				if done {
+					rcancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(acked) != total {
+		t.Fatalf("%d of %d messages acknowledged", len(acked), total)
+	}
+	byConsumer := map[string]int{}
+	for payload, who := range acked {
+		byConsumer[who]++
+		if held[payload] && who == "x" {
+			t.Fatalf("%s stayed with the consumer that left", payload)
+		}
+	}
+	if byConsumer["y"] == 0 || byConsumer["z"] == 0 {
+		t.Fatalf("messages per consumer %v: not shared", byConsumer)
+	}
+}
+
+// FO-3: consumers b, a, c on four partitions: masters a, b, c, a; when a
+// master leaves, the next in line gets its partition from the first
+// unacknowledged message (FO-5).
+func TestFailoverSubscription(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/failover"
+	if err := c.CreateStream(ctx, stream, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	cons := map[string]*client.Consumer{}
+	for _, name := range []string{"b", "a", "c"} {
+		cc, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "fo", Type: client.Failover, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons[name] = cc
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, MessageRouter: func(m *client.ProducerMessage, n int) int {
+		var i int
+		fmt.Sscan(m.Key, &i)
+		return i % n
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if _, err := p.Send(ctx, &client.ProducerMessage{Key: fmt.Sprint(i), Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[int]string{0: "a", 1: "b", 2: "c", 3: "a"}
+	for name, cc := range cons {
+		expect := 0
+		for _, m := range want {
+			if m == name {
+				expect += 2
+			}
+		}
+		for range expect {
+			m, err := cc.Receive(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if want[m.ID.Partition] != name {
+				t.Fatalf("partition %d delivered to %s, its master is %s", m.ID.Partition, name, want[m.ID.Partition])
+			}
+			if m.ID.Partition != 1 {
+				cc.Ack(ctx, m)
+			}
+		}
+	}
+	// b leaves with partition 1's two messages unacknowledged: with a and c
+	// left, partition 1 goes to candidate 1 mod 2, c.
+	cons["b"].Close()
+	for range 2 {
+		m, err := cons["c"].Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ID.Partition != 1 {
+			t.Fatalf("c got partition %d, want the unacknowledged messages of partition 1", m.ID.Partition)
+		}
 	}
 }

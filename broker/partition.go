@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -472,6 +473,9 @@ func (p *partition) subscribe(ctx context.Context, sub string, mode transport.Su
 			d.close()
 		}
 		d = newDispatcher(p, sub, mode, !nonDurable, pos)
+		if pn, err := geofabric.ParsePartition(p.name); err == nil {
+			d.partition, d.stream = pn.Index, pn.Stream.String()
+		}
 		p.dispatchers[sub] = d
 		d.start()
 	}

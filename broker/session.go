@@ -194,6 +194,11 @@ func (s *session) evictConsumer(id uint64) {
 	}
 }
 
+// activeChange tells a failover consumer whether it is the master (FO-6).
+func (s *session) activeChange(id uint64, active bool) {
+	s.reply(&transport.ActiveConsumerChange{ConsumerID: id, Active: active})
+}
+
 // evictProducer drops the producer of a partition no longer led here and
 // tells the client.
 func (s *session) evictProducer(p *partition, name string) {
@@ -432,8 +437,8 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	if c.Mode != transport.Exclusive {
-		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "subscription mode %s is not available yet; use exclusive", modeName(c.Mode)))
+	if c.Mode == transport.KeyShared || c.Mode > transport.KeyShared {
+		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "subscription mode %s is not available yet; use exclusive, shared or failover", modeName(c.Mode)))
 		return
 	}
 	name := c.ConsumerName
@@ -452,7 +457,7 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		return
 	}
 	s.mu.Unlock()
-	cons := &consumer{id: c.ConsumerID, name: name, out: s}
+	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	d, err := lp.subscribe(ctx, c.Subscription, c.Mode, c.InitialPosition, cons, c.NonDurable, c.StartOffset)
@@ -493,6 +498,10 @@ func (s *session) ack(c *transport.Ack) {
 	}
 	if len(c.Offsets) == 0 || len(c.Offsets) > maxAckOffsets {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "an ack carries 1..%d offsets, not %d", maxAckOffsets, len(c.Offsets)))
+		return
+	}
+	if c.Cumulative && (sc.d.mode == transport.Shared || sc.d.mode == transport.KeyShared) {
+		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, msgCumulativeShared))
 		return
 	}
 	if c.Cumulative && len(c.Offsets) != 1 {
