@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// MaxMessageBytesLimit is the largest MaxMessageBytes: a Raft entry holds
+// at least one message and must fit in one storage batch.
+const MaxMessageBytesLimit = 10 << 20
+
 // Config configures a Node. The zero value of every field but NodeID and
 // DataDir means its default.
 type Config struct {
@@ -110,8 +114,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker: BootstrapExpect %d needs GossipAddr: nodes find each other by gossip", c.BootstrapExpect)
 	case len(c.Join) > 0 && c.GossipAddr == "":
 		return errors.New("broker: Join needs GossipAddr")
-	case c.MaxMessageBytes < 1:
-		return fmt.Errorf("broker: MaxMessageBytes must be positive, not %d", c.MaxMessageBytes)
+	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
+		return fmt.Errorf("broker: MaxMessageBytes must be in 1..%d, not %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	}
 	return nil
 }

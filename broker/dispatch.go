@@ -294,7 +294,7 @@ func (d *dispatcher) consumerCount() int {
 // flow grants a consumer permits (SH-2).
 func (d *dispatcher) flow(c *consumer, permits int64) {
 	d.mu.Lock()
-	c.permits += permits
+	c.permits = min(c.permits+permits, maxPermits)
 	d.mu.Unlock()
 	d.notify()
 }
@@ -368,19 +368,19 @@ func (d *dispatcher) dispatchOnce() bool {
 
 	// Read outside the lock: the log has its own.
 	var batch []storage.Message
-	taken := 0
+	var used []uint64 // offsets taken off the resend list
 	for _, off := range resend {
 		if len(batch) == limit {
 			break
 		}
+		used = append(used, off)
 		msgs, err := d.p.log.Read(off, 1, maxPushBytes)
 		if err != nil || len(msgs) == 0 {
 			continue // trimmed by retention: nothing to resend
 		}
 		batch = append(batch, msgs[0])
-		taken++
 	}
-	resent := taken
+	resent := len(batch)
 	if len(batch) < limit {
 		msgs, err := d.p.log.Read(readPos, limit-len(batch), maxPushBytes)
 		if errors.Is(err, storage.ErrTrimmed) {
@@ -398,7 +398,7 @@ func (d *dispatcher) dispatchOnce() bool {
 		}
 		batch = append(batch, msgs...)
 	}
-	if len(batch) == 0 && resent == 0 {
+	if len(batch) == 0 && len(used) == 0 {
 		return false
 	}
 
@@ -409,7 +409,8 @@ func (d *dispatcher) dispatchOnce() bool {
 	}
 	frame := &transport.Message{ConsumerID: c.id}
 	next := d.readPos
-	d.resend = d.resend[min(resent, len(d.resend)):]
+	// Remove exactly what was taken: others may have been added since.
+	d.resend = slices.DeleteFunc(d.resend, func(o uint64) bool { return slices.Contains(used, o) })
 	for i, m := range batch {
 		if i >= resent {
 			next = m.Offset + 1

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -44,9 +45,33 @@ type batchEntry struct {
 }
 
 // sendResult is what applying one batchEntry gives: the offset of each of
-// its messages (noOffset for a duplicate whose first offset is forgotten).
+// its messages (noOffset for a duplicate whose first offset is forgotten),
+// the producer's last stored sequence id afterwards (-1 for none), and Err
+// for a batch refused whole.
 type sendResult struct {
 	Offsets []uint64
+	LastSeq int64
+	Err     error
+}
+
+// errSequenceGap refuses a batch whose sequence ids are below the
+// producer's last stored one and were never stored: an earlier send of
+// the producer failed and a later one succeeded. Acknowledging it as a
+// duplicate would lose it; the producer must send it again as new.
+var errSequenceGap = errors.New("sequence gap")
+
+// lastSeqOf returns a producer's last stored sequence id, -1 if none.
+func lastSeqOf(p *producerState) int64 {
+	if p == nil || (p.LastSeq == 0 && len(p.Recent) == 0) {
+		return -1
+	}
+	return int64(p.LastSeq)
+}
+
+// gap reports whether seq is below the last stored id, inside the window
+// of remembered sends, and yet not stored: proof it was lost.
+func (p *producerState) gap(seq uint64) bool {
+	return len(p.Recent) > 0 && seq <= p.LastSeq && seq >= p.Recent[0].First && p.offsetOf(seq) == noOffset
 }
 
 // noOffset marks an offset that is not known.
@@ -172,6 +197,18 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if len(l.Data) == 0 {
 		panic(fmt.Sprintf("broker: empty partition entry at raft index %d", l.Index))
 	}
+	res, next := f.apply(l)
+	// Told after the lock is released: the callback takes the
+	// partition's lock, which is taken before this one elsewhere.
+	if f.applied != nil {
+		f.applied(next)
+	}
+	return res
+}
+
+// apply applies one entry under the lock and returns its result and the
+// next offset.
+func (f *fsm) apply(l *raft.Log) (any, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var res any
@@ -204,10 +241,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err != nil {
 		panic(fmt.Sprintf("broker: partition entry at raft index %d: %v", l.Index, err))
 	}
-	if f.applied != nil {
-		f.applied(f.state.Next)
-	}
-	return res
+	return res, f.state.Next
 }
 
 // errSubscriptionNotFound is returned by entries naming a subscription that
@@ -229,10 +263,20 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 	}
 	var runs []pending
 	for i, b := range e.Batches {
+		if len(b.Messages) == 0 {
+			// A producer opening: it learns its last stored sequence
+			// id after every send proposed before it.
+			results[i] = sendResult{LastSeq: lastSeqOf(f.state.Producers[b.Producer])}
+			continue
+		}
 		p := f.state.Producers[b.Producer]
 		if p == nil {
 			p = &producerState{}
 			f.state.Producers[b.Producer] = p
+		}
+		if slices.ContainsFunc(b.Messages, func(m transport.MessageData) bool { return p.gap(m.SequenceID) }) {
+			results[i] = sendResult{LastSeq: lastSeqOf(p), Err: errSequenceGap}
+			continue
 		}
 		p.LastTime = e.PublishTime
 		offsets := make([]uint64, len(b.Messages))
@@ -267,7 +311,7 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 		if run.offset != noOffset {
 			runs = append(runs, run)
 		}
-		results[i] = sendResult{Offsets: offsets}
+		results[i] = sendResult{Offsets: offsets, LastSeq: int64(p.LastSeq)}
 	}
 	if len(msgs) > 0 {
 		if index > f.log.LastRaftIndex() {
@@ -370,11 +414,7 @@ func (f *fsm) isAcked(sub string, offset uint64) bool {
 func (f *fsm) lastSequence(producer string) int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	p := f.state.Producers[producer]
-	if p == nil || (p.LastSeq == 0 && len(p.Recent) == 0) {
-		return -1
-	}
-	return int64(p.LastSeq)
+	return lastSeqOf(f.state.Producers[producer])
 }
 
 // subscriptions returns the names and modes of the subscriptions, with

@@ -242,3 +242,31 @@ func TestFSMRefusesUnknownEntries(t *testing.T) {
 		}()
 	}
 }
+
+// A batch whose sequence ids lie below the producer's last stored id, in
+// the remembered window, and were never stored is refused, not
+// acknowledged as a duplicate: an earlier send failed while a later one
+// succeeded, and acknowledging it would lose it.
+func TestFSMRefusesSequenceGap(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	apply(f, 1, mustEntry(t, entrySend, sendOf("p", 0, 1)))
+	apply(f, 2, mustEntry(t, entrySend, sendOf("p", 5, 6))) // 2..4 failed
+	r := apply(f, 3, mustEntry(t, entrySend, sendOf("p", 2, 3, 4))).([]sendResult)
+	if !errors.Is(r[0].Err, errSequenceGap) || r[0].LastSeq != 6 {
+		t.Fatalf("resend of a lost batch: %+v", r[0])
+	}
+	// A true duplicate is still answered with its offsets.
+	r = apply(f, 4, mustEntry(t, entrySend, sendOf("p", 5, 6))).([]sendResult)
+	if r[0].Err != nil || fmt.Sprint(r[0].Offsets) != "[2 3]" {
+		t.Fatalf("duplicate: %+v", r[0])
+	}
+	// Opening reports the last stored id after everything before it.
+	e := sendEntry{Batches: []batchEntry{sendOf("p", 7).Batches[0], {Producer: "p"}, {Producer: "q"}}}
+	r = apply(f, 5, mustEntry(t, entrySend, e)).([]sendResult)
+	if r[1].LastSeq != 7 || r[2].LastSeq != -1 || len(r[1].Offsets) != 0 {
+		t.Fatalf("open results %+v", r)
+	}
+	if f.log.NextOffset() != 5 {
+		t.Fatalf("log holds %d messages, want 5", f.log.NextOffset())
+	}
+}

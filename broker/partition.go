@@ -46,7 +46,7 @@ type partitionConfig struct {
 
 func defaultPartitionConfig() partitionConfig {
 	return partitionConfig{
-		MaxEntryBytes:   4 << 20,
+		MaxEntryBytes:   6 << 20,
 		MaxInflight:     64,
 		ApplyTimeout:    10 * time.Second,
 		AckInterval:     2 * time.Millisecond,
@@ -54,11 +54,13 @@ func defaultPartitionConfig() partitionConfig {
 	}
 }
 
-// sendReq is one producer's batch waiting for commit.
+// sendReq is one producer's batch waiting for commit; with no messages it
+// opens the producer (done gets no offsets; lastSeq is set).
 type sendReq struct {
 	producer string
 	msgs     []transport.MessageData
 	size     int
+	lastSeq  int64
 	done     func(offsets []uint64, err error)
 }
 
@@ -182,12 +184,16 @@ func (p *partition) evictAll() {
 // answered once the Raft group closes (its futures fail) and wait returns.
 func (p *partition) stopAccepting() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	select {
 	case <-p.stop:
+		p.mu.Unlock()
+		return
 	default:
 		close(p.stop)
 	}
+	p.mu.Unlock()
+	// Clients hear that this partition is gone from here and look again.
+	p.evictAll()
 }
 
 // wait waits for the loops, then stops the dispatchers. Call it after
@@ -224,11 +230,10 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 		r.done(nil, p.notLeader())
 		return
 	}
-	for _, m := range r.msgs {
-		r.size += len(m.Payload) + len(m.Key) + len(m.OrderingKey) + 32
-		for k, v := range m.Properties {
-			r.size += len(k) + len(v)
-		}
+	r.size = entrySize(r.producer, r.msgs)
+	if r.size > p.cfg.MaxEntryBytes {
+		r.done(nil, wireError(transport.CodeTooLarge, "a send of about %d bytes, stored, is above the limit of %d", r.size, p.cfg.MaxEntryBytes))
+		return
 	}
 	select {
 	case p.sends <- r:
@@ -237,6 +242,23 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 	case <-p.stop:
 		r.done(nil, errStopping)
 	}
+}
+
+// recordOverhead bounds what the log adds to each message besides its
+// fields (varints and length prefixes).
+const recordOverhead = 64
+
+// entrySize bounds the bytes a producer's batch takes in a Raft entry and
+// in the log, where every record repeats the producer's name.
+func entrySize(producer string, msgs []transport.MessageData) int {
+	size := 64 + len(producer)
+	for _, m := range msgs {
+		size += recordOverhead + len(producer) + len(m.Payload) + len(m.Key) + len(m.OrderingKey)
+		for k, v := range m.Properties {
+			size += len(k) + len(v) + 16
+		}
+	}
+	return size
 }
 
 // publishTime returns a leader publish time that never goes back.
@@ -255,20 +277,28 @@ func (p *partition) publishTime() int64 {
 func (p *partition) proposeLoop() {
 	defer p.wg.Done()
 	defer close(p.inflight)
+	var carry *sendReq // taken from the queue but too big for the last entry
 	for {
-		var first *sendReq
-		select {
-		case first = <-p.sends:
-		case <-p.stop:
-			p.failQueued()
-			return
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-p.sends:
+			case <-p.stop:
+				p.failQueued()
+				return
+			}
 		}
 		reqs := []*sendReq{first}
 		size := first.size
 	gather:
-		for size < p.cfg.MaxEntryBytes {
+		for {
 			select {
 			case r := <-p.sends:
+				if size+r.size > p.cfg.MaxEntryBytes {
+					carry = r
+					break gather
+				}
 				reqs = append(reqs, r)
 				size += r.size
 			default:
@@ -332,6 +362,14 @@ func (p *partition) commitLoop() {
 			continue
 		}
 		for i, r := range in.reqs {
+			r.lastSeq = results[i].LastSeq
+			if errors.Is(results[i].Err, errSequenceGap) {
+				first, last := r.msgs[0].SequenceID, r.msgs[len(r.msgs)-1].SequenceID
+				r.done(nil, wireError(transport.CodeNotAllowed,
+					"sequence ids %d..%d are below the producer's last stored %d and were never stored: an earlier send failed; send these again",
+					first, last, results[i].LastSeq))
+				continue
+			}
 			r.done(results[i].Offsets, nil)
 		}
 	}
@@ -468,10 +506,9 @@ func (p *partition) subscribe(ctx context.Context, sub string, mode transport.Su
 		}
 		return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(d.mode), modeName(mode))
 	}
+	var old *dispatcher
 	if d == nil || d.mode != mode || d.durable == nonDurable {
-		if d != nil {
-			d.close()
-		}
+		old = d
 		d = newDispatcher(p, sub, mode, !nonDurable, pos)
 		if pn, err := geofabric.ParsePartition(p.name); err == nil {
 			d.partition, d.stream = pn.Index, pn.Stream.String()
@@ -479,8 +516,14 @@ func (p *partition) subscribe(ctx context.Context, sub string, mode transport.Su
 		p.dispatchers[sub] = d
 		d.start()
 	}
+	// Attached under the partition's lock, so that a detach cannot close
+	// the dispatcher between finding it and attaching to it.
+	err := d.add(c)
 	p.mu.Unlock()
-	if err := d.add(c); err != nil {
+	if old != nil {
+		old.close()
+	}
+	if err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -508,11 +551,13 @@ func (p *partition) detach(sub string, c *consumer) {
 }
 
 // claimProducer reserves a producer name on the partition for a session
-// (MSG-4: a second producer with the same name is refused).
+// (MSG-4: a second producer with the same name is refused). The session
+// that holds the name may claim it again: a client re-attaching after a
+// refused send.
 func (p *partition) claimProducer(name string, owner *session) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.owners[name]; ok {
+	if s, ok := p.owners[name]; ok && s != owner {
 		return false
 	}
 	p.owners[name] = owner

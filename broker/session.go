@@ -344,10 +344,36 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		s.replyErr(c.RequestID, wireError(transport.CodeProducerBusy, msgProducerBusy, name))
 		return
 	}
+	// A re-attach from this session replaces its earlier producer ids.
 	s.mu.Lock()
+	for id, sp := range s.producers {
+		if sp.p == lp && sp.name == name {
+			delete(s.producers, id)
+		}
+	}
 	s.producers[c.ProducerID] = &sessProducer{name: name, p: lp}
 	s.mu.Unlock()
-	s.reply(&transport.ProducerReady{RequestID: c.RequestID, ProducerName: name, LastSequenceID: lp.fsm.lastSequence(name)})
+	// The last stored sequence id comes through the write path, after
+	// every send proposed before: read from the state machine directly it
+	// could miss sends still in flight (an earlier incarnation's, or a
+	// log tail a new leader has not applied yet), and the producer would
+	// reuse their ids.
+	rid := c.RequestID
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	req := &sendReq{producer: name}
+	req.done = func(_ []uint64, err error) {
+		if err != nil {
+			s.mu.Lock()
+			delete(s.producers, c.ProducerID)
+			s.mu.Unlock()
+			lp.releaseProducer(name, s)
+			s.replyErr(rid, err)
+			return
+		}
+		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: req.lastSeq})
+	}
+	lp.send(ctx, req)
 }
 
 // geofabricCheckName validates a producer or subscription name.
