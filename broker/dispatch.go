@@ -345,6 +345,16 @@ func (d *dispatcher) redeliver(c *consumer, offsets []uint64) {
 	d.notify()
 }
 
+// seekReader moves a reader to an offset: readers have no cursor to reset.
+func (d *dispatcher) seekReader(offset uint64) {
+	d.mu.Lock()
+	d.readPos = offset
+	d.resend = nil
+	d.epoch++
+	d.mu.Unlock()
+	d.notify()
+}
+
 // reset restarts every consumer from the cursor after a seek (CUR-4).
 func (d *dispatcher) reset() {
 	d.mu.Lock()

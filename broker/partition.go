@@ -140,6 +140,7 @@ func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
 	defer p.wg.Done()
 	defer w.Stop()
 	was := false
+	var term uint64
 	for {
 		select {
 		case <-p.stop:
@@ -148,11 +149,13 @@ func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
 			if !ok {
 				return
 			}
-			if was && !l.IsLeader {
+			// Leadership lost, or lost and regained in between (a new
+			// term): what the old term's leader held is stale.
+			if was && (!l.IsLeader || l.Term != term) {
 				p.logger.Info("leadership lost; closing consumers and producers")
 				p.evictAll()
 			}
-			was = l.IsLeader
+			was, term = l.IsLeader, l.Term
 			if p.onLeadership != nil {
 				p.onLeadership(l)
 			}
@@ -412,7 +415,16 @@ func (p *partition) ackLoop() {
 		select {
 		case first = <-p.acks:
 		case <-p.stop:
-			return
+			for {
+				select {
+				case r := <-p.acks:
+					if r.done != nil {
+						r.done(errStopping)
+					}
+				default:
+					return
+				}
+			}
 		}
 		reqs := []*ackReq{first}
 		timer := time.NewTimer(p.cfg.AckInterval)
@@ -434,22 +446,28 @@ func (p *partition) ackLoop() {
 			e.Acks[i] = subAcks{Sub: r.sub, Offsets: r.offsets, Cumulative: r.cumulative}
 		}
 		data, err := encodeEntry(entryAcks, e)
+		var res any
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ApplyTimeout)
-			_, err = p.group.Apply(ctx, data)
+			res, err = p.group.Apply(ctx, data)
 			cancel()
 		}
 		if err != nil {
 			err = p.raftError(err)
 		}
-		for _, r := range reqs {
-			if err == nil {
+		errs, _ := res.([]error)
+		for i, r := range reqs {
+			rerr := err
+			if rerr == nil && i < len(errs) && errs[i] != nil && len(r.offsets) > 0 {
+				rerr = wireError(transport.CodeSubscriptionNotFound, "subscription %s does not exist", r.sub)
+			}
+			if rerr == nil {
 				if d := p.dispatcherOf(r.sub); d != nil {
 					d.acked(r.offsets, r.cumulative)
 				}
 			}
 			if r.done != nil {
-				r.done(err)
+				r.done(rerr)
 			}
 		}
 	}
@@ -485,6 +503,9 @@ func (p *partition) subscribe(ctx context.Context, sub string, mode transport.Su
 	}
 	var pos uint64
 	if nonDurable {
+		if _, _, durable := p.fsm.cursor(sub); durable {
+			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", sub)
+		}
 		info := p.log.Info()
 		switch {
 		case start != nil:

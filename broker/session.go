@@ -15,8 +15,10 @@ import (
 )
 
 const (
-	// outboxSize bounds the frames queued for one connection.
+	// outboxSize bounds the replies queued for one connection.
 	outboxSize = 4096
+	// msgBoxSize bounds the Message frames queued for one connection.
+	msgBoxSize = 64
 	// maxPermits bounds one Flow grant.
 	maxPermits = 1 << 20
 	// maxAckOffsets bounds the offsets of one Ack.
@@ -32,7 +34,11 @@ type session struct {
 	conn   *transport.Conn
 	logger *slog.Logger
 
+	// out carries replies and events; msgs carries Message frames, which
+	// wait for room (the dispatcher's backpressure) where replies never do,
+	// so a consumer's backlog cannot crowd out a producer's receipts.
 	out  chan transport.Command
+	msgs chan transport.Command
 	done chan struct{}
 	// ctx ends when the session closes.
 	ctx    context.Context
@@ -72,6 +78,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		conn:      conn,
 		logger:    n.logger.With("client", nc.RemoteAddr().String()),
 		out:       make(chan transport.Command, outboxSize),
+		msgs:      make(chan transport.Command, msgBoxSize),
 		done:      make(chan struct{}),
 		producers: map[uint64]*sessProducer{},
 		consumers: map[uint64]*sessConsumer{},
@@ -136,22 +143,30 @@ func (s *session) failFrame(err error) {
 	}
 }
 
-// writeLoop sends queued frames in order.
+// writeLoop sends queued frames, replies before messages.
 func (s *session) writeLoop() {
 	defer s.wg.Done()
 	for {
+		var cmd transport.Command
 		select {
 		case <-s.done:
 			return
-		case cmd := <-s.out:
-			ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
-			err := s.conn.Send(ctx, cmd)
-			cancel()
-			if err != nil {
-				s.logger.Debug("write failed", "err", err)
-				s.close()
+		case cmd = <-s.out:
+		default:
+			select {
+			case <-s.done:
 				return
+			case cmd = <-s.out:
+			case cmd = <-s.msgs:
 			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+		err := s.conn.Send(ctx, cmd)
+		cancel()
+		if err != nil {
+			s.logger.Debug("write failed", "err", err)
+			s.close()
+			return
 		}
 	}
 }
@@ -172,7 +187,7 @@ func (s *session) reply(cmd transport.Command) {
 // backpressure) until ctx ends.
 func (s *session) deliver(ctx context.Context, m *transport.Message) error {
 	select {
-	case s.out <- m:
+	case s.msgs <- m:
 		return nil
 	case <-s.done:
 		return errors.New("connection closed")
@@ -578,6 +593,11 @@ func (s *session) seek(c *transport.Seek) {
 	}
 	if next := sc.p.fsm.nextOffset(); offset > next {
 		offset = next
+	}
+	if !sc.d.durable {
+		sc.d.seekReader(max(offset, sc.p.log.Info().StartOffset))
+		s.reply(&transport.Success{RequestID: c.RequestID})
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
