@@ -241,7 +241,10 @@ func (c *Client) anyConn(ctx context.Context) (*cnx, error) {
 // retryable reports whether an error may clear up by looking up again.
 func retryable(err error) bool {
 	switch transport.CodeOf(err) {
-	case transport.CodeNotLeader, transport.CodeServiceNotReady, transport.CodeTimeout, transport.CodeClosed:
+	case transport.CodeNotLeader, transport.CodeServiceNotReady, transport.CodeTimeout, transport.CodeClosed,
+		transport.CodeProducerNotFound, transport.CodeConsumerNotFound:
+		// The last two: the broker dropped the producer or consumer
+		// (its partition moved) before the client heard.
 		return true
 	}
 	var ne net.Error

@@ -82,6 +82,7 @@ type Consumer struct {
 	// reader is set for a Reader: a non-durable subscription (SUB-5).
 	reader  *readerStart
 	closed  bool
+	failed  error // set by fail; Receive returns it
 	done    chan struct{}
 	chOnce  sync.Once
 	ch      chan *Message
@@ -164,23 +165,32 @@ func (cons *Consumer) Receive(ctx context.Context) (*Message, error) {
 			cons.mu.Unlock()
 			return nil, ErrClosed
 		}
-		for len(cons.queue) > 0 {
-			q := cons.queue[0]
+		if cons.failed != nil {
+			err := cons.failed
+			cons.mu.Unlock()
+			return nil, err
+		}
+		var q *queued
+		if len(cons.queue) > 0 {
+			q = cons.queue[0]
 			cons.queue[0] = nil
 			cons.queue = cons.queue[1:]
-			if q.pc.consumed(q.epoch, q.m.ID.Offset) {
-				more := len(cons.queue) > 0
-				cons.mu.Unlock()
-				if more {
-					select {
-					case cons.ready <- struct{}{}:
-					default:
-					}
-				}
-				return q.m, nil
+		}
+		more := len(cons.queue) > 0
+		cons.mu.Unlock()
+		if more {
+			select {
+			case cons.ready <- struct{}{}:
+			default:
 			}
 		}
-		cons.mu.Unlock()
+		if q != nil {
+			// Outside the lock: it may send a Flow.
+			if q.pc.consumed(q.epoch, q.m.ID.Offset) {
+				return q.m, nil
+			}
+			continue
+		}
 		select {
 		case <-cons.ready:
 		case <-ctx.Done():
@@ -188,6 +198,20 @@ func (cons *Consumer) Receive(ctx context.Context) (*Message, error) {
 		case <-cons.done:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// fail records an error no reconnect can cure (the stream or subscription
+// is gone, another consumer holds it): Receive returns it from now on.
+func (cons *Consumer) fail(err error) {
+	cons.mu.Lock()
+	if cons.failed == nil {
+		cons.failed = err
+	}
+	cons.mu.Unlock()
+	select {
+	case cons.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -431,6 +455,12 @@ func (pc *partitionConsumer) loop() {
 					return
 				}
 				pc.cons.c.logger.Debug("consumer reconnect failed", "partition", pc.partition, "attempt", n+1, "err", err)
+				// Busy may be this consumer's own old connection, which the
+				// broker has not seen die yet: that clears up.
+				if code := transport.CodeOf(err); !retryable(err) && code != transport.CodeConsumerBusy && code != transport.CodeSubscriptionBusy {
+					pc.cons.fail(fmt.Errorf("client: consumer of %s cannot reattach: %w", pc.partition, err))
+					return
+				}
 				if backoff(pc.ctx, n) != nil {
 					return
 				}
