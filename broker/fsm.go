@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
@@ -113,6 +114,14 @@ func encodeEntry(t entryType, body any) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// producerTTL is how long a producer's dedup state outlives its last send,
+// in publish time. Expiry is checked every expiryEvery Raft indexes, so
+// every replica drops the same producers at the same entry.
+const (
+	producerTTL = 24 * time.Hour
+	expiryEvery = 1024
+)
 
 // recentSends is how many of a producer's last sends keep their offsets,
 // so that a retried duplicate is answered with its first offsets (MSG-4).
@@ -327,6 +336,13 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 		// restart. The offsets are the same either way.
 	}
 	f.state.Next = next
+	if index%expiryEvery == 0 {
+		for name, p := range f.state.Producers {
+			if e.PublishTime-p.LastTime > producerTTL.Milliseconds() {
+				delete(f.state.Producers, name)
+			}
+		}
+	}
 	for _, r := range runs {
 		r.p.Recent = append(r.p.Recent, seqRange{First: r.first, Last: r.last, Offset: r.offset})
 		if len(r.p.Recent) > recentSends {

@@ -270,3 +270,16 @@ func TestFSMRefusesSequenceGap(t *testing.T) {
 		t.Fatalf("log holds %d messages, want 5", f.log.NextOffset())
 	}
 }
+
+// Dedup state of a producer silent for longer than producerTTL goes, at
+// the same entry on every replica.
+func TestFSMExpiresIdleProducers(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	apply(f, 1, mustEntry(t, entrySend, sendOf("old", 0)))
+	late := sendOf("new", 0)
+	late.PublishTime = 1000 + producerTTL.Milliseconds() + 1
+	apply(f, expiryEvery, mustEntry(t, entrySend, late))
+	if f.lastSequence("old") != -1 || f.lastSequence("new") != 0 {
+		t.Fatalf("after expiry: old %d new %d", f.lastSequence("old"), f.lastSequence("new"))
+	}
+}
