@@ -3,6 +3,8 @@ package tests
 import (
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"net"
 	"sync"
 	"testing"
@@ -349,16 +351,42 @@ func TestGracefulStop(t *testing.T) {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
-// ago, for a node that must come back on the same address.
+// ago, for a node that must come back on the same address. Ports come from
+// below the kernel's ephemeral range (net.ipv4.ip_local_port_range starts
+// at 32768 by default), so that no outgoing connection can take one while
+// its node is down.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 20000 + portRand.IntN(12000)
+		if handedOut[port] {
+			continue // given to a node that may not have bound it yet
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		// Gossip also needs the UDP port.
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		handedOut[port] = true
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
+
+// handedOut holds the ports freeAddr returned; tests run one at a time.
+var handedOut = map[int]bool{}
+
+// portRand spreads the ports tests pick; seeded by the process id so that
+// two test binaries running at once do not walk the same sequence.
+var portRand = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))
 
 // A producer and a consumer ride through kill -9 and restart of their node:
 // the client reconnects, resends in-flight messages with their sequence
