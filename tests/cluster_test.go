@@ -85,16 +85,32 @@ func leaderOf(ctx context.Context, t testing.TB, c *client.Client, partition str
 // acknowledged ids by payload; hook runs once, after half were queued.
 func produceAll(ctx context.Context, t *testing.T, p *client.Producer, count int, hook func()) (map[string]client.MessageID, []error) {
 	t.Helper()
+	return produce(ctx, p, count, 0, "m", hook)
+}
+
+// produce sends count messages, one every interval (0: as fast as the
+// producer takes them), keyed in 101 keys, without waiting for receipts;
+// it returns the acknowledged ones by payload and the failures.
+func produce(ctx context.Context, p *client.Producer, count int, interval time.Duration, prefix string, hook func()) (map[string]client.MessageID, []error) {
 	var mu sync.Mutex
 	acked := map[string]client.MessageID{}
 	var failed []error
 	var wg sync.WaitGroup
-	wg.Add(count)
+	var tick <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
 	for i := range count {
+		if tick != nil {
+			<-tick
+		}
 		if i == count/2 && hook != nil {
 			hook()
 		}
-		p.SendAsync(ctx, &client.ProducerMessage{Key: fmt.Sprint("k", i%101), Payload: []byte(fmt.Sprint("m", i))}, func(id client.MessageID, m *client.ProducerMessage, err error) {
+		wg.Add(1)
+		p.SendAsync(ctx, &client.ProducerMessage{Key: fmt.Sprint("k", i%101), Payload: []byte(fmt.Sprint(prefix, i))}, func(id client.MessageID, m *client.ProducerMessage, err error) {
 			mu.Lock()
 			if err != nil {
 				failed = append(failed, err)
@@ -241,7 +257,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	var failed []error
 	go func() {
 		defer close(done)
-		acked, failed = produceAllPaced(ctx, p, 6000, 2*time.Millisecond)
+		acked, failed = produce(ctx, p, 6000, 2*time.Millisecond, "r", nil)
 	}()
 	for _, n := range nodes {
 		if err := n.stop(); err != nil {
@@ -254,33 +270,6 @@ func TestClusterRollingRestart(t *testing.T) {
 		t.Fatalf("%d sends failed during the rolling restart, first: %v", len(failed), failed[0])
 	}
 	readAll(ctx, t, c, stream, acked)
-}
-
-// produceAllPaced sends count messages one every interval, without waiting
-// for receipts, and returns the acknowledged ones.
-func produceAllPaced(ctx context.Context, p *client.Producer, count int, interval time.Duration) (map[string]client.MessageID, []error) {
-	var mu sync.Mutex
-	acked := map[string]client.MessageID{}
-	var failed []error
-	var wg sync.WaitGroup
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for i := range count {
-		<-tick.C
-		wg.Add(1)
-		p.SendAsync(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint("r", i))}, func(id client.MessageID, m *client.ProducerMessage, err error) {
-			mu.Lock()
-			if err != nil {
-				failed = append(failed, err)
-			} else {
-				acked[string(m.Payload)] = id
-			}
-			mu.Unlock()
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	return acked, failed
 }
 
 // 5 nodes: two killed at once; partitions that keep a live majority keep

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fabriq-io/fabriq/client"
 )
 
 func (a *app) clusterCommand() *cobra.Command {
@@ -22,12 +24,11 @@ where lag counts the Raft entries a replica has yet to apply, -1 when the
 answering node cannot tell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
+			var st client.ClusterInfo
+			err := a.withClient(func(c *client.Client) (err error) {
+				st, err = c.ClusterStatus(cmd.Context())
 				return err
-			}
-			defer c.Close()
-			st, err := c.ClusterStatus(cmd.Context())
+			})
 			if err != nil {
 				return err
 			}

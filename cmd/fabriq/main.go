@@ -50,6 +50,16 @@ func (a *app) client() (*client.Client, error) {
 	return client.New(client.Options{URL: a.url, Name: "fabriq-cli", OperationTimeout: a.timeout})
 }
 
+// withClient runs fn with a client that is closed after.
+func (a *app) withClient(fn func(*client.Client) error) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	url := os.Getenv("FABRIQ_URL")

@@ -22,16 +22,13 @@ func (a *app) streamCommand() *cobra.Command {
 		Example: "  fabriq stream create persistent://acme/prod/orders --partitions 4 --replicas 3",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.CreateStream(cmd.Context(), args[0], partitions, replicas); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "created %s with %d partition(s), %d replica(s) each\n", args[0], partitions, replicas)
-			return nil
+			return a.withClient(func(c *client.Client) error {
+				if err := c.CreateStream(cmd.Context(), args[0], partitions, replicas); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "created %s with %d partition(s), %d replica(s) each\n", args[0], partitions, replicas)
+				return nil
+			})
 		},
 	}
 	create.Flags().IntVarP(&partitions, "partitions", "p", 1, "number of partitions")
@@ -43,16 +40,13 @@ func (a *app) streamCommand() *cobra.Command {
 		Short: "Delete a stream and its messages",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.DeleteStream(cmd.Context(), args[0], force); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "deleted %s\n", args[0])
-			return nil
+			return a.withClient(func(c *client.Client) error {
+				if err := c.DeleteStream(cmd.Context(), args[0], force); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "deleted %s\n", args[0])
+				return nil
+			})
 		},
 	}
 	del.Flags().BoolVar(&force, "force", false, "delete even while producers or consumers are attached")
@@ -62,19 +56,16 @@ func (a *app) streamCommand() *cobra.Command {
 		Short: "List the streams of a fabric, one per line",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			streams, err := c.ListStreams(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			for _, s := range streams {
-				fmt.Fprintln(a.stdout, s)
-			}
-			return nil
+			return a.withClient(func(c *client.Client) error {
+				streams, err := c.ListStreams(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				for _, s := range streams {
+					fmt.Fprintln(a.stdout, s)
+				}
+				return nil
+			})
 		},
 	}
 
@@ -90,12 +81,11 @@ func (a *app) streamCommand() *cobra.Command {
 where the top-level subscriptions sum each subscription over the partitions.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client()
-			if err != nil {
+			var info client.StreamInfo
+			err := a.withClient(func(c *client.Client) (err error) {
+				info, err = c.DescribeStream(cmd.Context(), args[0])
 				return err
-			}
-			defer c.Close()
-			info, err := c.DescribeStream(cmd.Context(), args[0])
+			})
 			if err != nil {
 				return err
 			}
