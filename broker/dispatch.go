@@ -35,6 +35,10 @@ type outbox interface {
 	// activeChange tells a failover consumer it became active or inactive
 	// (FO-6).
 	activeChange(id uint64, active bool)
+	// probe pings the client and reports whether it answered in time.
+	probe(timeout time.Duration) bool
+	// drop closes the client's connection.
+	drop()
 }
 
 // consumer is a consumer attached to a subscription on the partition's
@@ -271,6 +275,16 @@ func (d *dispatcher) remove(c *consumer) bool {
 	d.electLocked()
 	d.notify()
 	return len(d.consumers) == 0
+}
+
+// holder returns the first attached consumer, nil if none.
+func (d *dispatcher) holder() *consumer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.consumers) == 0 {
+		return nil
+	}
+	return d.consumers[0]
 }
 
 // detachAll removes every consumer and returns them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -443,5 +444,59 @@ func TestFailoverSubscription(t *testing.T) {
 		if m.ID.Partition != 1 {
 			t.Fatalf("c got partition %d, want the unacknowledged messages of partition 1", m.ID.Partition)
 		}
+	}
+}
+
+// EX-2: a holder whose connection went silent (it no longer reads, no FIN
+// was sent) is probed and replaced by a newcomer within the probe timeout;
+// a live holder keeps its place (EX-1, tested with the other clients).
+func TestExclusiveReplacesSilentHolder(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/silent"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	raw, err := transport.NewConn(nc, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := transport.Handshake(ctx, raw, &transport.Connect{ClientName: "silent"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Send(ctx, &transport.Subscribe{RequestID: 1, ConsumerID: 1, Stream: stream, Subscription: "s", ConsumerName: "silent"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := raw.Receive(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := res.(*transport.SubscribeReady); !ok {
+		t.Fatalf("subscribe answered %#v", res)
+	}
+	// From here the silent client reads nothing and answers no ping.
+	start := time.Now()
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "newcomer"})
+	if err != nil {
+		t.Fatalf("the newcomer was refused: %v", err)
+	}
+	defer cons.Close()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("replacing the silent holder took %v", d)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("to the newcomer")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := cons.Receive(ctx); err != nil || string(m.Payload) != "to the newcomer" {
+		t.Fatalf("newcomer got %v %v", m, err)
 	}
 }

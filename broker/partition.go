@@ -498,6 +498,15 @@ func (p *partition) dispatcherOf(sub string) *dispatcher {
 // skips Raft: it starts at start, or at the initial position, and leaves
 // nothing behind.
 func (p *partition) subscribe(ctx context.Context, sub string, mode transport.SubscriptionMode, initial transport.InitialPosition, c *consumer, nonDurable bool, start *uint64) (*dispatcher, error) {
+	return p.attach(ctx, sub, mode, initial, c, nonDurable, start, false)
+}
+
+// probeTimeout is how long an exclusive holder has to answer a ping
+// before a newcomer replaces it (EX-2).
+const probeTimeout = 2 * time.Second
+
+// attach is subscribe; probed says the holder was already probed once.
+func (p *partition) attach(ctx context.Context, sub string, mode transport.SubscriptionMode, initial transport.InitialPosition, c *consumer, nonDurable bool, start *uint64, probed bool) (*dispatcher, error) {
 	if !p.group.IsLeader() {
 		return nil, p.notLeader()
 	}
@@ -543,6 +552,20 @@ func (p *partition) subscribe(ctx context.Context, sub string, mode transport.Su
 	p.mu.Unlock()
 	if old != nil {
 		old.close()
+	}
+	if err != nil && mode == transport.Exclusive && !probed {
+		// EX-2: before refusing, make sure the holder is alive; a holder
+		// whose connection died silently would lock the subscription
+		// until its connection times out.
+		// A holder on the newcomer's own connection is alive: that
+		// connection is being read right now (and could not read a Pong
+		// while this waits).
+		if h := d.holder(); h != nil && h.out != c.out && !h.out.probe(probeTimeout) {
+			p.logger.Info("exclusive consumer did not answer a ping; replacing it", "subscription", sub, "consumer", h.name)
+			p.detach(sub, h)
+			h.out.drop()
+			return p.attach(ctx, sub, mode, initial, c, nonDurable, start, true)
+		}
 	}
 	if err != nil {
 		return nil, err

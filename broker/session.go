@@ -40,6 +40,8 @@ type session struct {
 	out  chan transport.Command
 	msgs chan transport.Command
 	done chan struct{}
+	// pong is signalled when the client answers a Ping.
+	pong chan struct{}
 	// ctx ends when the session closes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -79,6 +81,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		logger:    n.logger.With("client", nc.RemoteAddr().String()),
 		out:       make(chan transport.Command, outboxSize),
 		msgs:      make(chan transport.Command, msgBoxSize),
+		pong:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		producers: map[uint64]*sessProducer{},
 		consumers: map[uint64]*sessConsumer{},
@@ -209,6 +212,28 @@ func (s *session) evictConsumer(id uint64) {
 	}
 }
 
+// probe pings the client and waits for its Pong.
+func (s *session) probe(timeout time.Duration) bool {
+	select {
+	case <-s.pong: // an old answer
+	default:
+	}
+	s.reply(&transport.Ping{})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.pong:
+		return true
+	case <-t.C:
+		return false
+	case <-s.done:
+		return false
+	}
+}
+
+// drop closes the session's connection.
+func (s *session) drop() { s.close() }
+
 // activeChange tells a failover consumer whether it is the master (FO-6).
 func (s *session) activeChange(id uint64, active bool) {
 	s.reply(&transport.ActiveConsumerChange{ConsumerID: id, Active: active})
@@ -259,6 +284,10 @@ func (s *session) handle(cmd transport.Command) {
 	case *transport.Ping:
 		s.reply(&transport.Pong{})
 	case *transport.Pong:
+		select {
+		case s.pong <- struct{}{}:
+		default:
+		}
 	case *transport.Lookup:
 		s.lookup(c)
 	case *transport.PartitionedMetadata:
