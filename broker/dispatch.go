@@ -75,7 +75,11 @@ type dispatcher struct {
 	readPos   uint64               // next offset to read from the log
 	pending   map[uint64]*consumer // delivered and not acknowledged
 	resend    []uint64             // offsets to deliver again before reading on
-	epoch     uint64               // bumped whenever readPos is reset
+	// redelivered counts the deliveries after the first of unacknowledged
+	// offsets. It lives on the leader only: after a leader change counts
+	// start again (replicating them is SH-7's work).
+	redelivered map[uint64]uint32
+	epoch       uint64 // bumped whenever readPos is reset
 
 	// rr is the shared mode's round-robin position.
 	rr int
@@ -91,14 +95,15 @@ type dispatcher struct {
 
 func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, durable bool, start uint64) *dispatcher {
 	return &dispatcher{
-		p:       p,
-		name:    name,
-		mode:    mode,
-		durable: durable,
-		readPos: start,
-		pending: map[uint64]*consumer{},
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+		p:           p,
+		name:        name,
+		mode:        mode,
+		durable:     durable,
+		readPos:     start,
+		pending:     map[uint64]*consumer{},
+		redelivered: map[uint64]uint32{},
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
 	}
 }
 
@@ -248,6 +253,7 @@ func (d *dispatcher) rewind() {
 	}
 	d.readPos = c.NextUnacked(c.Floor)
 	clear(d.pending)
+	clear(d.redelivered)
 	d.resend = nil
 	for _, c := range d.consumers {
 		c.unacked = 0
@@ -325,6 +331,11 @@ func (d *dispatcher) acked(offsets []uint64, cumulative bool) {
 				c.unacked--
 			}
 		}
+		for off := range d.redelivered {
+			if off <= top {
+				delete(d.redelivered, off)
+			}
+		}
 		return
 	}
 	for _, off := range offsets {
@@ -332,6 +343,7 @@ func (d *dispatcher) acked(offsets []uint64, cumulative bool) {
 			delete(d.pending, off)
 			c.unacked--
 		}
+		delete(d.redelivered, off)
 	}
 }
 
@@ -439,6 +451,11 @@ func (d *dispatcher) dispatchOnce() bool {
 		if i >= resent {
 			next = m.Offset + 1
 		}
+		var count uint32
+		if i < resent && d.durable {
+			d.redelivered[m.Offset]++
+			count = d.redelivered[m.Offset]
+		}
 		if d.durable {
 			if _, held := d.pending[m.Offset]; held || d.p.fsm.isAcked(d.name, m.Offset) {
 				continue
@@ -447,7 +464,8 @@ func (d *dispatcher) dispatchOnce() bool {
 			c.unacked++
 		}
 		frame.Messages = append(frame.Messages, transport.Delivered{
-			Offset: m.Offset,
+			Offset:          m.Offset,
+			RedeliveryCount: count,
 			Data: transport.MessageData{
 				Key:          m.Key,
 				OrderingKey:  m.OrderingKey,

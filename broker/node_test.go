@@ -500,3 +500,47 @@ func TestExclusiveReplacesSilentHolder(t *testing.T) {
 		t.Fatalf("newcomer got %v %v", m, err)
 	}
 }
+
+// SH-6: a nacked message comes back after the nack delay, with its
+// redelivery count.
+func TestNackRedelivery(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/nack"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Type: client.Shared, NackRedeliveryDelay: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("again")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Receive(ctx)
+	if err != nil || m.ID != id || m.RedeliveryCount != 0 {
+		t.Fatalf("first delivery %+v %v", m, err)
+	}
+	nacked := time.Now()
+	cons.Nack(m)
+	m, err = cons.Receive(ctx)
+	if err != nil || m.ID != id {
+		t.Fatalf("redelivery %+v %v", m, err)
+	}
+	if waited := time.Since(nacked); waited < 200*time.Millisecond {
+		t.Fatalf("redelivered after %v, before the 200ms nack delay", waited)
+	}
+	if m.RedeliveryCount != 1 {
+		t.Fatalf("redelivery count %d, want 1", m.RedeliveryCount)
+	}
+	if err := cons.Ack(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -65,6 +65,9 @@ type ConsumerOptions struct {
 	ReceiverQueueSize int
 	// AckWithReceipt makes Ack wait until the broker committed the ack.
 	AckWithReceipt bool
+	// NackRedeliveryDelay is how long after Nack a message is delivered
+	// again (SH-6). Default 1 minute.
+	NackRedeliveryDelay time.Duration
 }
 
 // Consumer receives messages of a subscription from every partition of a
@@ -80,9 +83,11 @@ type Consumer struct {
 	queue []*queued
 	ready chan struct{} // signalled when the queue gains a message
 	// reader is set for a Reader: a non-durable subscription (SUB-5).
-	reader  *readerStart
-	closed  bool
-	failed  error // set by fail; Receive returns it
+	reader *readerStart
+	closed bool
+	failed error // set by fail; Receive returns it
+	// nacks are the pending Nack timers, stopped by Close.
+	nacks   map[*time.Timer]struct{}
 	done    chan struct{}
 	chOnce  sync.Once
 	ch      chan *Message
@@ -115,13 +120,16 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	if opts.ReceiverQueueSize <= 0 {
 		opts.ReceiverQueueSize = 1000
 	}
+	if opts.NackRedeliveryDelay <= 0 {
+		opts.NackRedeliveryDelay = time.Minute
+	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	n, err := c.partitions(ctx, st)
 	if err != nil {
 		return nil, err
 	}
-	cons := &Consumer{c: c, opts: opts, stream: st, name: opts.Name, reader: reader, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	cons := &Consumer{c: c, opts: opts, stream: st, name: opts.Name, reader: reader, ready: make(chan struct{}, 1), done: make(chan struct{}), nacks: map[*time.Timer]struct{}{}}
 	if cons.name == "" {
 		cons.name = randomName(c.opts.Name)
 	}
@@ -281,11 +289,30 @@ func (cons *Consumer) AckCumulative(ctx context.Context, m *Message) error {
 	return pc.ack(ctx, m.ID.Offset, true)
 }
 
-// Nack asks for a message to be delivered again.
+// Nack asks for a message to be delivered again, after
+// NackRedeliveryDelay (SH-6).
 func (cons *Consumer) Nack(m *Message) {
-	if pc, err := cons.part(m.ID); err == nil {
-		pc.nack(m.ID.Offset)
+	pc, err := cons.part(m.ID)
+	if err != nil {
+		return
 	}
+	cons.mu.Lock()
+	defer cons.mu.Unlock()
+	if cons.closed {
+		return
+	}
+	var t *time.Timer
+	// The timer's function takes the lock, so it sees t set.
+	t = time.AfterFunc(cons.opts.NackRedeliveryDelay, func() {
+		cons.mu.Lock()
+		delete(cons.nacks, t)
+		closed := cons.closed
+		cons.mu.Unlock()
+		if !closed {
+			pc.nack(m.ID.Offset)
+		}
+	})
+	cons.nacks[t] = struct{}{}
 }
 
 // Seek moves the subscription of the message's partition so that the
@@ -329,6 +356,10 @@ func (cons *Consumer) Close() error {
 	cons.mu.Lock()
 	cons.closed = true
 	cons.queue = nil
+	for t := range cons.nacks {
+		t.Stop()
+	}
+	clear(cons.nacks)
 	cons.mu.Unlock()
 	close(cons.done)
 	cons.closeParts()
