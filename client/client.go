@@ -349,6 +349,31 @@ func (c *Client) partitions(ctx context.Context, stream geofabric.Stream) (int, 
 	return n, err
 }
 
+// part is a producer or consumer on one partition.
+type part interface {
+	start()
+	close()
+}
+
+// attachParts makes and attaches one part per partition of a stream with n
+// partitions, in order, retrying while a partition has no leader; on a
+// failure it closes the parts already made.
+func attachParts[T part](ctx context.Context, c *Client, st geofabric.Stream, n int, newPart func(name string, i int) T, connect func(context.Context, T) error) ([]T, error) {
+	var parts []T
+	for i, p := range st.Partitions(n) {
+		pt := newPart(p.String(), i)
+		parts = append(parts, pt)
+		if err := c.retry(ctx, func(ctx context.Context) error { return connect(ctx, pt) }); err != nil {
+			for _, done := range parts {
+				done.close()
+			}
+			return nil, err
+		}
+		pt.start()
+	}
+	return parts, nil
+}
+
 // randomName returns prefix-XXXXXXXX.
 func randomName(prefix string) string {
 	var b [6]byte

@@ -148,9 +148,38 @@ func (x *cnx) readLoop() {
 	}
 }
 
-// requestIDOf returns the request id of a response, 0 for other commands.
+// requestIDOf returns the request id a command carries, requests and
+// their answers alike; 0 for commands without one.
 func requestIDOf(cmd transport.Command) uint64 {
 	switch c := cmd.(type) {
+	case *transport.Lookup:
+		return c.RequestID
+	case *transport.PartitionedMetadata:
+		return c.RequestID
+	case *transport.CreateProducer:
+		return c.RequestID
+	case *transport.Subscribe:
+		return c.RequestID
+	case *transport.Ack:
+		return c.RequestID
+	case *transport.Seek:
+		return c.RequestID
+	case *transport.Unsubscribe:
+		return c.RequestID
+	case *transport.CloseProducer:
+		return c.RequestID
+	case *transport.CloseConsumer:
+		return c.RequestID
+	case *transport.CreateStream:
+		return c.RequestID
+	case *transport.DeleteStream:
+		return c.RequestID
+	case *transport.ListStreams:
+		return c.RequestID
+	case *transport.DescribeStream:
+		return c.RequestID
+	case *transport.ClusterStatus:
+		return c.RequestID
 	case *transport.LookupResult:
 		return c.RequestID
 	case *transport.PartitionedMetadataResult:
@@ -226,7 +255,7 @@ func (x *cnx) dispatch(cmd transport.Command) {
 // request sends a command with a request id and waits for its answer; an
 // Error answer is returned as the error.
 func (x *cnx) request(ctx context.Context, cmd transport.Command) (transport.Command, error) {
-	id := requestIDOf2(cmd)
+	id := requestIDOf(cmd)
 	ch := make(chan transport.Command, 1)
 	x.mu.Lock()
 	if x.err != nil {
@@ -259,41 +288,6 @@ func (x *cnx) request(ctx context.Context, cmd transport.Command) (transport.Com
 		forget()
 		return nil, ctx.Err()
 	}
-}
-
-// requestIDOf2 returns the request id a request carries.
-func requestIDOf2(cmd transport.Command) uint64 {
-	switch c := cmd.(type) {
-	case *transport.Lookup:
-		return c.RequestID
-	case *transport.PartitionedMetadata:
-		return c.RequestID
-	case *transport.CreateProducer:
-		return c.RequestID
-	case *transport.Subscribe:
-		return c.RequestID
-	case *transport.Ack:
-		return c.RequestID
-	case *transport.Seek:
-		return c.RequestID
-	case *transport.Unsubscribe:
-		return c.RequestID
-	case *transport.CloseProducer:
-		return c.RequestID
-	case *transport.CloseConsumer:
-		return c.RequestID
-	case *transport.CreateStream:
-		return c.RequestID
-	case *transport.DeleteStream:
-		return c.RequestID
-	case *transport.ListStreams:
-		return c.RequestID
-	case *transport.DescribeStream:
-		return c.RequestID
-	case *transport.ClusterStatus:
-		return c.RequestID
-	}
-	return 0
 }
 
 // send sends a command that has no answer.

@@ -133,14 +133,11 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	if cons.name == "" {
 		cons.name = randomName(c.opts.Name)
 	}
-	for i, part := range st.Partitions(n) {
-		pc := newPartitionConsumer(cons, part.String(), i)
-		cons.parts = append(cons.parts, pc)
-		if err := c.retry(ctx, pc.connect); err != nil {
-			cons.closeParts()
-			return nil, err
-		}
-		pc.start()
+	cons.parts, err = attachParts(ctx, c, st, n,
+		func(name string, i int) *partitionConsumer { return newPartitionConsumer(cons, name, i) },
+		func(ctx context.Context, pc *partitionConsumer) error { return pc.connect(ctx) })
+	if err != nil {
+		return nil, err
 	}
 	if err := c.register(cons); err != nil {
 		cons.closeParts()

@@ -94,14 +94,11 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	if p.name == "" {
 		p.name = randomName(c.opts.Name)
 	}
-	for i, part := range st.Partitions(n) {
-		pp := newPartitionProducer(p, part.String(), i)
-		p.parts = append(p.parts, pp)
-		if err := c.retry(ctx, func(ctx context.Context) error { return pp.connect(ctx, true) }); err != nil {
-			p.closeParts()
-			return nil, err
-		}
-		pp.start()
+	p.parts, err = attachParts(ctx, c, st, n,
+		func(name string, i int) *partitionProducer { return newPartitionProducer(p, name, i) },
+		func(ctx context.Context, pp *partitionProducer) error { return pp.connect(ctx, true) })
+	if err != nil {
+		return nil, err
 	}
 	if err := c.register(p); err != nil {
 		p.closeParts()
