@@ -152,8 +152,11 @@ func readAll(ctx context.Context, t *testing.T, c *client.Client, stream string,
 			}
 			seen[payload] = true
 		}
+		// An ack can fail while the consumer follows a leader change
+		// (a failover, or leaders evening out); the message then comes
+		// back, which this reader tolerates: it checks what arrives.
 		if err := cons.Ack(ctx, m); err != nil {
-			t.Fatal(err)
+			t.Logf("ack of %v: %v", m.ID, err)
 		}
 	}
 }
