@@ -229,8 +229,13 @@ func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
 			MarkDelete: int64(s.Cursor.Floor) - 1,
 			Consumers:  []transport.ConsumerInfo{},
 		}
-		if d := p.dispatcherOf(name); d != nil {
-			si.Consumers = d.describe()
+		if d := p.dispatcherOf(name); d != nil && d.durable {
+			d.describe(&si)
+		} else {
+			// Nobody attached here: members kept for their return (SUB-7).
+			for _, m := range s.Members {
+				si.Consumers = append(si.Consumers, transport.ConsumerInfo{Name: m.Name, Role: "away", HashRanges: m.Ranges})
+			}
 		}
 		out = append(out, si)
 	}

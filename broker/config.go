@@ -49,6 +49,8 @@ type Config struct {
 	MaxMessageBytes int
 	// Raft tunes every Raft group of the node.
 	Raft RaftTimings
+	// Subscriptions tunes subscriptions; zero fields take their defaults.
+	Subscriptions SubscriptionLimits
 	// Version is reported to clients.
 	Version string
 	// Logger receives the node's logs. Nil discards them.
@@ -61,6 +63,69 @@ type RaftTimings struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 	CommitTimeout    time.Duration
+}
+
+// SubscriptionLimits tune how subscriptions dispatch (SEMANTICS.md).
+type SubscriptionLimits struct {
+	// ReconnectGrace is how long a new partition leader keeps the roles
+	// of consumers that have not reconnected yet (SUB-7). Default 10s.
+	ReconnectGrace time.Duration
+	// DrainTimeout is how long an old failover master may ack what it
+	// holds before the new one starts (FO-5). Default 1s; negative hands
+	// over at once.
+	DrainTimeout time.Duration
+	// FailoverStabilityWindow is how long a returning higher-ranked
+	// failover consumer must stay connected before it takes the master
+	// role back (FO-8). Default 0: at once, as Pulsar does.
+	FailoverStabilityWindow time.Duration
+	// MaxUnackedPerConsumer blocks a consumer holding that many unacked
+	// messages until half are acked (SH-4). Default 50,000.
+	MaxUnackedPerConsumer int
+	// MaxUnackedPerSubscription stops a subscription the same way.
+	// Default 200,000.
+	MaxUnackedPerSubscription int
+	// LookAheadPerConsumer and LookAheadPerSubscription bound how many
+	// key_shared messages are read past blocked keys (KS-9): the limit is
+	// the smaller of the first times the consumers and the second.
+	// Defaults 2,000 and 20,000.
+	LookAheadPerConsumer     int
+	LookAheadPerSubscription int
+}
+
+// DefaultSubscriptionLimits returns the defaults of SubscriptionLimits.
+func DefaultSubscriptionLimits() SubscriptionLimits {
+	return SubscriptionLimits{
+		ReconnectGrace:            10 * time.Second,
+		DrainTimeout:              time.Second,
+		MaxUnackedPerConsumer:     50_000,
+		MaxUnackedPerSubscription: 200_000,
+		LookAheadPerConsumer:      2_000,
+		LookAheadPerSubscription:  20_000,
+	}
+}
+
+// withDefaults fills zero fields.
+func (l SubscriptionLimits) withDefaults() SubscriptionLimits {
+	d := DefaultSubscriptionLimits()
+	if l.ReconnectGrace == 0 {
+		l.ReconnectGrace = d.ReconnectGrace
+	}
+	if l.DrainTimeout == 0 {
+		l.DrainTimeout = d.DrainTimeout
+	}
+	if l.MaxUnackedPerConsumer == 0 {
+		l.MaxUnackedPerConsumer = d.MaxUnackedPerConsumer
+	}
+	if l.MaxUnackedPerSubscription == 0 {
+		l.MaxUnackedPerSubscription = d.MaxUnackedPerSubscription
+	}
+	if l.LookAheadPerConsumer == 0 {
+		l.LookAheadPerConsumer = d.LookAheadPerConsumer
+	}
+	if l.LookAheadPerSubscription == 0 {
+		l.LookAheadPerSubscription = d.LookAheadPerSubscription
+	}
+	return l
 }
 
 // DefaultConfig returns the defaults used for zero fields.
@@ -97,6 +162,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Subscriptions = c.Subscriptions.withDefaults()
 	return c
 }
 
@@ -114,6 +180,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker: BootstrapExpect %d needs GossipAddr: nodes find each other by gossip", c.BootstrapExpect)
 	case len(c.Join) > 0 && c.GossipAddr == "":
 		return errors.New("broker: Join needs GossipAddr")
+	case c.Subscriptions.ReconnectGrace < 0:
+		return fmt.Errorf("broker: ReconnectGrace must not be negative, not %v", c.Subscriptions.ReconnectGrace)
+	case c.Subscriptions.MaxUnackedPerConsumer < 0, c.Subscriptions.MaxUnackedPerSubscription < 0,
+		c.Subscriptions.LookAheadPerConsumer < 0, c.Subscriptions.LookAheadPerSubscription < 0:
+		return errors.New("broker: subscription limits must not be negative")
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return fmt.Errorf("broker: MaxMessageBytes must be in 1..%d, not %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	}

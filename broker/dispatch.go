@@ -3,7 +3,10 @@ package broker
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +26,8 @@ const (
 	// sharedBurst is how many messages a shared subscription sends one
 	// consumer before moving on (SH-3).
 	sharedBurst = 20
+	// maxDescribedKeys bounds the draining keys a describe lists.
+	maxDescribedKeys = 100
 )
 
 // outbox is where a consumer's messages go: its session.
@@ -47,21 +52,50 @@ type consumer struct {
 	id       uint64
 	name     string
 	priority int32
+	ranges   []transport.HashRange // sticky key_shared (KS-4)
 	out      outbox
-	permits  int64
-	unacked  int
-	active   bool // failover: this consumer was last told it is active
+	// gen is the generation of the consumer's membership (its join's Raft
+	// index); a leave names it.
+	gen     uint64
+	permits int64
+	unacked int
+	blocked bool // SH-4: too many unacked; no delivery until half is acked
+	active  bool // failover: this consumer was last told it is active
+	// since is when the consumer attached here (FO-8).
+	since time.Time
+}
+
+// held is a delivered, unacknowledged message: who holds it and, on a
+// key_shared subscription, its sticky key.
+type held struct {
+	c   *consumer
+	key string
+}
+
+// keyHold counts the unacknowledged messages of one key and who holds
+// them (KS-7).
+type keyHold struct {
+	c *consumer
+	n int
 }
 
 // dispatcher sends a subscription's messages to its consumers. It runs on
-// the partition's leader only, and holds no replicated state: the cursor
-// is the state machine's, so a new leader's dispatcher starts from it.
+// the partition's leader only. The cursor, the redelivery counts and the
+// consumer set with the roles it implies are the state machine's, so a new
+// leader's dispatcher starts from them (SUB-7); what lives here is only
+// what is in flight.
 //
-// The modes differ only in which consumer gets the next frame: exclusive
-// has one consumer (EX-1); shared goes round robin among the consumers
-// with permits, best priority level first, 20 messages at a time (SH-3);
-// failover sends only to the master (FO-1..FO-4). Key_shared is not here
-// yet.
+// The modes differ in who gets the next message: exclusive has one
+// consumer (EX-1); shared goes round robin among the consumers with
+// permits, best priority level first, 20 messages at a time (SH-3);
+// failover sends only to the master (FO-1..FO-5); key_shared sends each
+// message to the owner of its key's hash, once the key is not pending on
+// another consumer (KS-3..KS-10).
+//
+// Roles are computed over the replicated members, connected here or not:
+// a member that has not come back after a leader change keeps its role,
+// and what that role receives waits, until it returns or the reconnect
+// grace removes it.
 type dispatcher struct {
 	p    *partition
 	name string
@@ -69,16 +103,28 @@ type dispatcher struct {
 	// durable is false for a reader (SUB-5): it has no cursor in the state
 	// machine and keeps nothing but its read position.
 	durable bool
+	// keyMode and outOfOrder are a key_shared subscription's policy.
+	keyMode    transport.KeySharedMode
+	outOfOrder bool
 
 	mu        sync.Mutex
 	consumers []*consumer
-	readPos   uint64               // next offset to read from the log
-	pending   map[uint64]*consumer // delivered and not acknowledged
-	resend    []uint64             // offsets to deliver again before reading on
+	readPos   uint64          // next offset to read from the log
+	pending   map[uint64]held // delivered and not acknowledged
+	resend    []uint64        // offsets to deliver again before reading on, sorted
+	// skipped are key_shared messages read past and not delivered yet,
+	// their key being blocked (KS-9 bounds them), sorted.
+	skipped []uint64
+	// keys are the sticky keys of the offsets in resend and skipped.
+	keys map[uint64]string
+	// holders says which consumer holds unacknowledged messages of a key.
+	holders map[string]*keyHold
 	// redelivered counts the deliveries after the first of unacknowledged
-	// offsets. It lives on the leader only: after a leader change counts
-	// start again (replicating them is SH-7's work).
+	// offsets; it starts from the state machine's counts and sends its
+	// increments there (SH-7) through counted.
 	redelivered map[uint64]uint32
+	counted     []uint64
+	subBlocked  bool   // SH-4: the subscription has too many unacked
 	epoch       uint64 // bumped whenever readPos is reset
 
 	// rr is the shared mode's round-robin position.
@@ -87,6 +133,14 @@ type dispatcher struct {
 	// (index -1 for an unpartitioned stream).
 	partition int
 	stream    string
+	// current is the failover consumer told it is active; drainUntil,
+	// when set, is when its hand-over to the next master ends (FO-5).
+	current    *consumer
+	drainUntil time.Time
+	drainTimer *time.Timer
+	// ring caches the auto_split ring for ringOf's names.
+	ring   *subscription.AutoSplit
+	ringOf string
 
 	wake chan struct{}
 	stop chan struct{}
@@ -100,8 +154,11 @@ func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, d
 		mode:        mode,
 		durable:     durable,
 		readPos:     start,
-		pending:     map[uint64]*consumer{},
+		pending:     map[uint64]held{},
+		keys:        map[uint64]string{},
+		holders:     map[string]*keyHold{},
 		redelivered: map[uint64]uint32{},
+		partition:   -1,
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
@@ -120,6 +177,11 @@ func (d *dispatcher) close() {
 		close(d.stop)
 	}
 	d.wg.Wait()
+	d.mu.Lock()
+	if d.drainTimer != nil {
+		d.drainTimer.Stop()
+	}
+	d.mu.Unlock()
 }
 
 // notify wakes the loop without blocking.
@@ -148,77 +210,211 @@ func (d *dispatcher) run() {
 	}
 }
 
-// add attaches a consumer. Exclusive allows one (EX-1).
+// add attaches a consumer. Exclusive allows one (EX-1); failover and
+// key_shared one per name.
 func (d *dispatcher) add(c *consumer) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.consumers) > 0 && d.mode == transport.Exclusive {
 		return wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
 	}
+	if d.mode == transport.Failover || d.mode == transport.KeyShared {
+		if slices.ContainsFunc(d.consumers, func(o *consumer) bool { return o.name == c.name }) {
+			return wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, c.name)
+		}
+	}
 	first := len(d.consumers) == 0
+	c.since = time.Now()
 	d.consumers = append(d.consumers, c)
 	if first {
 		d.rewind()
 	}
-	d.electLocked()
+	d.electLocked(d.rolesLocked())
 	d.notify()
 	return nil
 }
 
-// master returns the failover master (FO-2..FO-4), nil in other modes or
-// without consumers.
-func (d *dispatcher) master() *consumer {
-	if d.mode != transport.Failover || len(d.consumers) == 0 {
-		return nil
-	}
-	cands := make([]subscription.Candidate, len(d.consumers))
-	for i, c := range d.consumers {
-		cands[i] = subscription.Candidate{Name: c.name, Priority: int(c.priority)}
-	}
-	name := subscription.Master(cands, d.partition, d.stream)
-	for _, c := range d.consumers {
-		if c.name == name {
-			return c
-		}
-	}
-	return nil
+// roles is who may receive what: the subscription's replicated members
+// and the consumers connected here. During the reconnect grace after a
+// leader change, a member not connected (away) keeps its role and what
+// the role receives waits for it (SUB-7); afterwards roles are the
+// connected consumers'.
+type roles struct {
+	connected map[string]*consumer
+	names     []string // members and connected, sorted
+	cands     []subscription.Candidate
+	ring      *subscription.AutoSplit
+	sticky    *subscription.Sticky
+	away      []string
 }
 
-// electLocked tells failover consumers whether they are active (FO-6), and
-// restarts delivery at the first unacknowledged message when the master
-// changes (FO-5).
-func (d *dispatcher) electLocked() {
+// rolesLocked computes the roles from the state machine's members and the
+// connected consumers.
+func (d *dispatcher) rolesLocked() *roles {
+	r := &roles{connected: make(map[string]*consumer, len(d.consumers))}
+	prio := map[string]int32{}
+	ranges := map[string][]transport.HashRange{}
+	for _, c := range d.consumers {
+		if _, ok := r.connected[c.name]; !ok {
+			r.connected[c.name] = c
+			prio[c.name], ranges[c.name] = c.priority, c.ranges
+		}
+	}
+	if d.durable && d.mode != transport.Shared && d.mode != transport.Exclusive && d.p.inGrace() {
+		ms, _, _, _, _ := d.p.fsm.members(d.name)
+		for _, m := range ms {
+			if _, ok := prio[m.Name]; !ok && !d.p.isJoining(d.name, m.Name) {
+				prio[m.Name], ranges[m.Name] = m.Priority, m.Ranges
+				r.away = append(r.away, m.Name)
+			}
+		}
+	}
+	for name := range prio {
+		r.names = append(r.names, name)
+	}
+	slices.Sort(r.names)
+	switch d.mode {
+	case transport.Failover:
+		for _, n := range r.names {
+			r.cands = append(r.cands, subscription.Candidate{Name: n, Priority: int(prio[n])})
+		}
+	case transport.KeyShared:
+		if d.keyMode == transport.Sticky {
+			r.sticky = subscription.NewSticky()
+			for _, n := range r.names {
+				// Conflicts were refused at subscribe; a range that
+				// does not fit now (a deposed leader's join) is ignored.
+				_ = r.sticky.Add(n, toRanges(ranges[n]))
+			}
+		} else {
+			sig := strings.Join(r.names, "\x00")
+			if d.ring == nil || d.ringOf != sig {
+				d.ring, d.ringOf = subscription.NewAutoSplit(r.names), sig
+			}
+			r.ring = d.ring
+		}
+	}
+	return r
+}
+
+// toRanges converts wire ranges.
+func toRanges(rs []transport.HashRange) []subscription.HashRange {
+	out := make([]subscription.HashRange, len(rs))
+	for i, r := range rs {
+		out[i] = subscription.HashRange{Start: int(r.Start), End: int(r.End)}
+	}
+	return out
+}
+
+// ownerName returns the name that owns a hash slot (KS-3, KS-4), "" when
+// nobody covers it.
+func (r *roles) ownerName(slot int) string {
+	if r.sticky != nil {
+		return r.sticky.Owner(slot)
+	}
+	if r.ring != nil {
+		return r.ring.Owner(slot)
+	}
+	return ""
+}
+
+// masterName returns the failover master's name (FO-2..FO-4).
+func (d *dispatcher) masterName(r *roles) string {
+	return subscription.Master(r.cands, d.partition, d.stream)
+}
+
+// electLocked keeps the failover master current: it tells consumers
+// whether they are active (FO-6), gives an old master holding unacked
+// messages the drain timeout before the hand-over, and restarts delivery
+// at the first unacknowledged message for the new master (FO-5). A master
+// that is away (not reconnected after a leader change) is nobody's yet.
+func (d *dispatcher) electLocked(r *roles) {
 	if d.mode != transport.Failover {
 		return
 	}
-	m := d.master()
-	changed := false
-	for _, c := range d.consumers {
-		active := c == m
-		if active != c.active {
-			c.active = active
-			c.out.activeChange(c.id, active)
-			changed = changed || active
+	m := r.connected[d.masterName(r)]
+	if w := d.p.cfg.FailoverStabilityWindow; w > 0 && m != nil && m != d.current && d.current != nil &&
+		slices.Contains(d.consumers, d.current) && time.Since(m.since) < w {
+		// FO-8: the returning consumer takes over once it has stayed
+		// connected for the stability window.
+		d.armTimer(time.Until(m.since.Add(w)))
+		m = d.current
+	}
+	if m == d.current {
+		if m != nil && !m.active {
+			// A drain was under way and the master stayed.
+			m.active = true
+			m.out.activeChange(m.id, true)
+		}
+		d.drainUntil = time.Time{}
+		return
+	}
+	old := d.current
+	if old != nil && slices.Contains(d.consumers, old) && old.unacked > 0 && d.p.cfg.DrainTimeout > 0 {
+		now := time.Now()
+		if d.drainUntil.IsZero() {
+			d.drainUntil = now.Add(d.p.cfg.DrainTimeout)
+			if old.active {
+				old.active = false
+				old.out.activeChange(old.id, false)
+			}
+			d.armTimer(d.p.cfg.DrainTimeout)
+			return
+		}
+		if now.Before(d.drainUntil) {
+			return
 		}
 	}
-	if changed {
+	d.drainUntil = time.Time{}
+	if old != nil && old.active {
+		old.active = false
+		old.out.activeChange(old.id, false)
+	}
+	d.current = m
+	if m != nil {
+		m.active = true
+		m.out.activeChange(m.id, true)
 		d.rewind()
 	}
 }
 
+// armTimer wakes the dispatcher after a while, for a drain or a stability
+// window that ends.
+func (d *dispatcher) armTimer(after time.Duration) {
+	if d.drainTimer != nil {
+		d.drainTimer.Stop()
+	}
+	d.drainTimer = time.AfterFunc(after, d.notify)
+}
+
+// usable reports whether a consumer may be sent messages now.
+func (d *dispatcher) usable(c *consumer) bool {
+	return c.permits > 0 && !c.blocked && !d.subBlocked
+}
+
+// room is how many messages a usable consumer may be sent in one frame:
+// within its permits and the unacked limits (SH-4).
+func (d *dispatcher) room(c *consumer, burst int) int {
+	n := min(c.permits, int64(burst))
+	if d.durable {
+		n = min(n, int64(d.p.cfg.MaxUnackedPerConsumer-c.unacked), int64(d.p.cfg.MaxUnackedPerSubscription-len(d.pending)))
+	}
+	return int(max(n, 0))
+}
+
 // pick returns the consumer that gets the next frame and how many
-// messages it may take, or nil.
+// messages it may take, or nil. Not for key_shared.
 func (d *dispatcher) pick() (*consumer, int) {
 	switch d.mode {
 	case transport.Failover:
-		if m := d.master(); m != nil && m.permits > 0 {
-			return m, int(min(m.permits, maxPush))
+		if m := d.current; m != nil && d.drainUntil.IsZero() && d.usable(m) {
+			return m, d.room(m, maxPush)
 		}
 		return nil, 0
 	case transport.Shared:
 		best := int32(-1)
 		for _, c := range d.consumers {
-			if c.permits > 0 && (best < 0 || c.priority < best) {
+			if d.usable(c) && (best < 0 || c.priority < best) {
 				best = c.priority
 			}
 		}
@@ -227,70 +423,145 @@ func (d *dispatcher) pick() (*consumer, int) {
 		}
 		for range d.consumers {
 			d.rr = (d.rr + 1) % len(d.consumers)
-			if c := d.consumers[d.rr]; c.permits > 0 && c.priority == best {
-				return c, int(min(c.permits, sharedBurst))
+			if c := d.consumers[d.rr]; d.usable(c) && c.priority == best {
+				return c, d.room(c, sharedBurst)
 			}
 		}
 		return nil, 0
 	}
 	for _, c := range d.consumers {
-		if c.permits > 0 {
-			return c, int(min(c.permits, maxPush))
+		if d.usable(c) {
+			return c, d.room(c, maxPush)
 		}
 	}
 	return nil, 0
 }
 
-// rewind restarts delivery at the first unacknowledged message (EX-3). A
-// reader has no cursor: it goes on from where it is.
+// rewind restarts delivery at the first unacknowledged message (EX-3),
+// with the replicated redelivery counts. A reader has no cursor: it goes
+// on from where it is.
 func (d *dispatcher) rewind() {
 	if !d.durable {
 		return
 	}
-	c, _, ok := d.p.fsm.cursor(d.name)
-	if !ok {
+	s := d.p.fsm.subscription(d.name)
+	if s == nil {
 		return
 	}
-	d.readPos = c.NextUnacked(c.Floor)
+	d.readPos = s.Cursor.NextUnacked(s.Cursor.Floor)
 	clear(d.pending)
+	clear(d.holders)
+	clear(d.keys)
 	clear(d.redelivered)
-	d.resend = nil
-	for _, c := range d.consumers {
-		c.unacked = 0
+	for o, n := range s.Redeliveries {
+		d.redelivered[o] = n
 	}
+	d.resend, d.skipped = nil, nil
+	for _, c := range d.consumers {
+		c.unacked, c.blocked = 0, false
+	}
+	d.subBlocked = false
 	d.epoch++
 }
 
 // remove detaches a consumer; what it held unacknowledged goes back to the
-// dispatcher. It reports whether the subscription has no consumer left.
-func (d *dispatcher) remove(c *consumer) bool {
+// dispatcher, to be delivered before newer messages (SH-5, KS-8), and the
+// keys it held are free. It reports whether the consumer was attached
+// and whether no consumer is left.
+func (d *dispatcher) remove(c *consumer) (found, empty bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	i := slices.Index(d.consumers, c)
 	if i < 0 {
-		return len(d.consumers) == 0
+		return false, len(d.consumers) == 0
 	}
 	d.consumers = slices.Delete(d.consumers, i, i+1)
-	for off, holder := range d.pending {
-		if holder == c {
-			delete(d.pending, off)
-			d.resend = append(d.resend, off)
+	for off, h := range d.pending {
+		if h.c == c {
+			d.unhold(off, h)
+			d.requeue(off, h.key)
 		}
 	}
-	slices.Sort(d.resend)
-	d.electLocked()
+	d.sortResend()
+	d.electLocked(d.rolesLocked())
 	d.notify()
-	return len(d.consumers) == 0
+	return true, len(d.consumers) == 0
 }
 
-// holder returns the first attached consumer, nil if none.
-func (d *dispatcher) holder() *consumer {
+// unhold forgets a delivered message: it is acked or goes back.
+func (d *dispatcher) unhold(off uint64, h held) {
+	delete(d.pending, off)
+	h.c.unacked--
+	if h.c.blocked && h.c.unacked <= d.p.cfg.MaxUnackedPerConsumer/2 {
+		h.c.blocked = false
+	}
+	if d.subBlocked && len(d.pending) <= d.p.cfg.MaxUnackedPerSubscription/2 {
+		d.subBlocked = false
+	}
+	if d.mode == transport.KeyShared {
+		if k := d.holders[h.key]; k != nil && k.c == h.c {
+			if k.n--; k.n <= 0 {
+				delete(d.holders, h.key)
+			}
+		}
+	}
+}
+
+// hold records a delivery.
+func (d *dispatcher) hold(off uint64, c *consumer, key string) {
+	d.pending[off] = held{c: c, key: key}
+	c.unacked++
+	if c.unacked >= d.p.cfg.MaxUnackedPerConsumer {
+		c.blocked = true
+	}
+	if len(d.pending) >= d.p.cfg.MaxUnackedPerSubscription {
+		d.subBlocked = true
+	}
+	if d.mode == transport.KeyShared {
+		if k := d.holders[key]; k != nil && k.c == c {
+			k.n++
+		} else if k == nil {
+			d.holders[key] = &keyHold{c: c, n: 1}
+		}
+		// Out of order (KS-10): a key pending on two consumers keeps
+		// its first holder until that one is done.
+	}
+}
+
+// requeue puts an offset on the resend list (call sortResend after).
+func (d *dispatcher) requeue(off uint64, key string) {
+	d.resend = append(d.resend, off)
+	if d.mode == transport.KeyShared {
+		d.keys[off] = key
+	}
+}
+
+func (d *dispatcher) sortResend() {
+	slices.Sort(d.resend)
+	d.resend = slices.Compact(d.resend)
+}
+
+// named returns the attached consumer of that name, nil if none.
+func (d *dispatcher) named(name string) *consumer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.consumers) == 0 {
-		return nil
+	for _, c := range d.consumers {
+		if c.name == name {
+			return c
+		}
 	}
-	return d.consumers[0]
+	return nil
+}
+
+// connectedNames returns the names of the attached consumers.
+func (d *dispatcher) connectedNames() map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]bool, len(d.consumers))
+	for _, c := range d.consumers {
+		out[c.name] = true
+	}
+	return out
 }
 
 // detachAll removes every consumer and returns them.
@@ -299,8 +570,11 @@ func (d *dispatcher) detachAll() []*consumer {
 	defer d.mu.Unlock()
 	cs := d.consumers
 	d.consumers = nil
+	d.current = nil
 	clear(d.pending)
-	d.resend = nil
+	clear(d.holders)
+	clear(d.keys)
+	d.resend, d.skipped = nil, nil
 	return cs
 }
 
@@ -319,16 +593,19 @@ func (d *dispatcher) flow(c *consumer, permits int64) {
 	d.notify()
 }
 
-// acked forgets delivered messages once their acks are committed.
+// acked forgets delivered messages once their acks are committed; a key
+// whose last pending message is acked may move to its new owner (KS-7).
 func (d *dispatcher) acked(offsets []uint64, cumulative bool) {
+	if len(offsets) == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if cumulative && len(offsets) > 0 {
+	if cumulative {
 		top := offsets[len(offsets)-1]
-		for off, c := range d.pending {
+		for off, h := range d.pending {
 			if off <= top {
-				delete(d.pending, off)
-				c.unacked--
+				d.unhold(off, h)
 			}
 		}
 		for off := range d.redelivered {
@@ -336,15 +613,15 @@ func (d *dispatcher) acked(offsets []uint64, cumulative bool) {
 				delete(d.redelivered, off)
 			}
 		}
-		return
-	}
-	for _, off := range offsets {
-		if c, ok := d.pending[off]; ok {
-			delete(d.pending, off)
-			c.unacked--
+	} else {
+		for _, off := range offsets {
+			if h, ok := d.pending[off]; ok {
+				d.unhold(off, h)
+			}
+			delete(d.redelivered, off)
 		}
-		delete(d.redelivered, off)
 	}
+	d.notify()
 }
 
 // redeliver sends the given unacknowledged messages again, or all of them
@@ -353,21 +630,19 @@ func (d *dispatcher) redeliver(c *consumer, offsets []uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(offsets) == 0 {
-		for off, holder := range d.pending {
-			if holder == c {
+		for off, h := range d.pending {
+			if h.c == c {
 				offsets = append(offsets, off)
 			}
 		}
 	}
 	for _, off := range offsets {
-		if holder, ok := d.pending[off]; ok && holder == c {
-			delete(d.pending, off)
-			c.unacked--
-			d.resend = append(d.resend, off)
+		if h, ok := d.pending[off]; ok && h.c == c {
+			d.unhold(off, h)
+			d.requeue(off, h.key)
 		}
 	}
-	slices.Sort(d.resend)
-	d.resend = slices.Compact(d.resend)
+	d.sortResend()
 	d.notify()
 }
 
@@ -389,12 +664,72 @@ func (d *dispatcher) reset() {
 	d.notify()
 }
 
-// dispatchOnce sends one frame of messages if a consumer has permits and
-// there is something to send; it reports whether it sent anything.
-func (d *dispatcher) dispatchOnce() bool {
+// takeCounted returns the redeliveries to replicate and forgets them.
+func (d *dispatcher) takeCounted() []uint64 {
+	c := d.counted
+	d.counted = nil
+	return c
+}
+
+// flushCounted sends redelivery counts to the state machine (SH-7) through
+// the ack path, which groups them with acks.
+func (d *dispatcher) flushCounted(offs []uint64) {
+	if len(offs) > 0 && d.durable {
+		d.p.ack(&ackReq{sub: d.name, redelivered: offs})
+	}
+}
+
+// delivered builds the wire form of a stored message.
+func delivered(m storage.Message, count uint32) transport.Delivered {
+	return transport.Delivered{
+		Offset:          m.Offset,
+		RedeliveryCount: count,
+		Data: transport.MessageData{
+			Key:          m.Key,
+			OrderingKey:  m.OrderingKey,
+			Properties:   m.Properties,
+			EventTime:    m.EventTime,
+			PublishTime:  m.PublishTime,
+			ProducerName: m.ProducerName,
+			SequenceID:   m.SequenceID,
+			Payload:      m.Payload,
+		},
+	}
+}
+
+// countLocked returns a message's redelivery count for this delivery; a
+// message taken off the resend list is counted once more.
+func (d *dispatcher) countLocked(off uint64, again bool) uint32 {
+	if !d.durable {
+		return 0
+	}
+	if again {
+		d.redelivered[off]++
+		d.counted = append(d.counted, off)
+	}
+	return d.redelivered[off]
+}
+
+// readTrimmed moves the read position past what retention removed.
+func (d *dispatcher) readTrimmed(epoch uint64) {
+	info := d.p.log.Info()
 	d.mu.Lock()
+	if d.epoch == epoch && d.readPos < info.StartOffset {
+		d.readPos = info.StartOffset
+	}
+	d.mu.Unlock()
+}
+
+// dispatchOnce sends messages if a consumer has permits and there is
+// something to send; it reports whether it made progress.
+func (d *dispatcher) dispatchOnce() bool {
+	if d.mode == transport.KeyShared {
+		return d.dispatchKeys()
+	}
+	d.mu.Lock()
+	d.electLocked(d.rolesLocked())
 	c, limit := d.pick()
-	if c == nil {
+	if c == nil || limit == 0 {
 		d.mu.Unlock()
 		return false
 	}
@@ -420,12 +755,7 @@ func (d *dispatcher) dispatchOnce() bool {
 	if len(batch) < limit {
 		msgs, err := d.p.log.Read(readPos, limit-len(batch), maxPushBytes)
 		if errors.Is(err, storage.ErrTrimmed) {
-			info := d.p.log.Info()
-			d.mu.Lock()
-			if d.epoch == epoch && d.readPos < info.StartOffset {
-				d.readPos = info.StartOffset
-			}
-			d.mu.Unlock()
+			d.readTrimmed(epoch)
 			return true
 		}
 		if err != nil {
@@ -451,65 +781,279 @@ func (d *dispatcher) dispatchOnce() bool {
 		if i >= resent {
 			next = m.Offset + 1
 		}
-		var count uint32
-		if i < resent && d.durable {
-			d.redelivered[m.Offset]++
-			count = d.redelivered[m.Offset]
-		}
 		if d.durable {
-			if _, held := d.pending[m.Offset]; held || d.p.fsm.isAcked(d.name, m.Offset) {
+			if _, ok := d.pending[m.Offset]; ok || d.p.fsm.isAcked(d.name, m.Offset) {
 				continue
 			}
-			d.pending[m.Offset] = c
-			c.unacked++
+			d.hold(m.Offset, c, "")
 		}
-		frame.Messages = append(frame.Messages, transport.Delivered{
-			Offset:          m.Offset,
-			RedeliveryCount: count,
-			Data: transport.MessageData{
-				Key:          m.Key,
-				OrderingKey:  m.OrderingKey,
-				Properties:   m.Properties,
-				EventTime:    m.EventTime,
-				PublishTime:  m.PublishTime,
-				ProducerName: m.ProducerName,
-				SequenceID:   m.SequenceID,
-				Payload:      m.Payload,
-			},
-		})
+		frame.Messages = append(frame.Messages, delivered(m, d.countLocked(m.Offset, i < resent)))
 	}
 	d.readPos = next
 	c.permits -= int64(len(frame.Messages))
+	counted := d.takeCounted()
 	d.mu.Unlock()
-	if len(frame.Messages) == 0 {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
-	defer cancel()
-	if err := c.out.deliver(ctx, frame); err != nil {
-		// The session notices its connection is gone and removes the
-		// consumer, which puts these messages back.
-		d.p.logger.Debug("delivery failed", "subscription", d.name, "consumer", c.name, "err", err)
+	d.flushCounted(counted)
+	if len(frame.Messages) > 0 {
+		d.push(c, frame)
 	}
 	return true
 }
 
-// describe reports the attached consumers.
-func (d *dispatcher) describe() []transport.ConsumerInfo {
+// push sends a frame to a consumer. A failure means its connection is
+// gone: the session notices and removes the consumer, which puts the
+// messages back.
+func (d *dispatcher) push(c *consumer, frame *transport.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+	defer cancel()
+	if err := c.out.deliver(ctx, frame); err != nil {
+		d.p.logger.Debug("delivery failed", "subscription", d.name, "consumer", c.name, "err", err)
+	}
+}
+
+// lookAheadLimit is how many skipped messages a key_shared subscription
+// may hold (KS-9).
+func (d *dispatcher) lookAheadLimit() int {
+	return min(d.p.cfg.LookAheadPerConsumer*max(len(d.consumers), 1), d.p.cfg.LookAheadPerSubscription)
+}
+
+// mergeAgain returns resend and skipped merged in offset order, each
+// marked with whether it is a redelivery.
+func (d *dispatcher) mergeAgain() ([]uint64, map[uint64]bool) {
+	again := make(map[uint64]bool, len(d.resend))
+	all := make([]uint64, 0, len(d.resend)+len(d.skipped))
+	for _, o := range d.resend {
+		again[o] = true
+		all = append(all, o)
+	}
+	all = append(all, d.skipped...)
+	slices.Sort(all)
+	return slices.Compact(all), again
+}
+
+// keyTarget returns the consumer a key goes to now, or nil if the key must
+// wait: its owner is away or blocked, or, unless out of order is allowed,
+// another consumer still holds unacknowledged messages of it (KS-7).
+func (d *dispatcher) keyTarget(r *roles, key string, room map[*consumer]int) *consumer {
+	c := r.connected[r.ownerName(subscription.Slot(key))]
+	if c == nil || !d.usable(c) || room[c] <= 0 {
+		return nil
+	}
+	if h := d.holders[key]; h != nil && h.c != c && !d.outOfOrder {
+		return nil
+	}
+	return c
+}
+
+// dispatchKeys is a key_shared pass. In offset order it takes the
+// messages to deliver again, then the skipped ones, then new ones from the
+// log; each goes to its key's owner if the key may go now, otherwise the
+// key is blocked for the rest of the pass, so that per key delivery keeps
+// offset order (KS-7, KS-8). New messages of blocked keys are skipped, up
+// to the look-ahead limit (KS-9); other keys keep flowing.
+func (d *dispatcher) dispatchKeys() bool {
+	d.mu.Lock()
+	r := d.rolesLocked()
+	room := map[*consumer]int{}
+	total := 0
+	for _, c := range d.consumers {
+		if d.usable(c) {
+			room[c] = d.room(c, maxPush)
+			total += room[c]
+		}
+	}
+	if total == 0 {
+		d.mu.Unlock()
+		return false
+	}
+	epoch, readPos := d.epoch, d.readPos
+	// Which of the waiting messages could go now: only those are read.
+	order, _ := d.mergeAgain()
+	var want []uint64
+	blocked := map[string]bool{}
+	plan := maps.Clone(room)
+	for _, off := range order {
+		if len(want) >= total {
+			break
+		}
+		key := d.keys[off]
+		if blocked[key] {
+			continue
+		}
+		c := d.keyTarget(r, key, plan)
+		if c == nil {
+			blocked[key] = true
+			continue
+		}
+		plan[c]--
+		want = append(want, off)
+	}
+	lookAhead := d.lookAheadLimit() - len(d.skipped)
+	d.mu.Unlock()
+
+	data := make(map[uint64]storage.Message, len(want))
+	for _, off := range want {
+		msgs, err := d.p.log.Read(off, 1, maxPushBytes)
+		if err == nil && len(msgs) > 0 {
+			data[off] = msgs[0]
+		}
+	}
+	var fresh []storage.Message
+	if lookAhead > 0 {
+		msgs, err := d.p.log.Read(readPos, min(maxPush, lookAhead), maxPushBytes)
+		if errors.Is(err, storage.ErrTrimmed) {
+			d.readTrimmed(epoch)
+			return true
+		}
+		if err != nil {
+			d.p.logger.Error("dispatcher read failed", "subscription", d.name, "offset", readPos, "err", err)
+			return false
+		}
+		fresh = msgs
+	}
+
+	d.mu.Lock()
+	if d.epoch != epoch || d.readPos != readPos {
+		d.mu.Unlock()
+		return true // things moved while we read: start over
+	}
+	r = d.rolesLocked()
+	frames := map[*consumer]*transport.Message{}
+	clear(blocked)
+	progress := false
+	// deliver sends one message to its key's target, or blocks the key.
+	deliver := func(m storage.Message, key string, again bool) bool {
+		if blocked[key] {
+			return false
+		}
+		c := d.keyTarget(r, key, room)
+		if c == nil {
+			blocked[key] = true
+			return false
+		}
+		room[c]--
+		c.permits--
+		d.hold(m.Offset, c, key)
+		f := frames[c]
+		if f == nil {
+			f = &transport.Message{ConsumerID: c.id}
+			frames[c] = f
+		}
+		f.Messages = append(f.Messages, delivered(m, d.countLocked(m.Offset, again)))
+		return true
+	}
+	order, again := d.mergeAgain()
+	var done []uint64
+	for _, off := range order {
+		key := d.keys[off]
+		if _, ok := d.pending[off]; ok || d.p.fsm.isAcked(d.name, off) {
+			done = append(done, off) // acked meanwhile
+			continue
+		}
+		m, ok := data[off]
+		if !ok {
+			if _, wanted := slices.BinarySearch(want, off); wanted {
+				done = append(done, off) // trimmed by retention
+			} else {
+				blocked[key] = true // not read: its key waits this pass
+			}
+			continue
+		}
+		if deliver(m, key, again[off]) {
+			done = append(done, off)
+		}
+	}
+	if len(done) > 0 {
+		progress = true
+		drop := func(o uint64) bool { _, ok := slices.BinarySearch(done, o); return ok }
+		slices.Sort(done)
+		d.resend = slices.DeleteFunc(d.resend, drop)
+		d.skipped = slices.DeleteFunc(d.skipped, drop)
+		for _, o := range done {
+			delete(d.keys, o)
+		}
+	}
+	limit := d.lookAheadLimit()
+	for _, m := range fresh {
+		key := subscription.StickyKey(m.OrderingKey, m.Key)
+		if d.p.fsm.isAcked(d.name, m.Offset) {
+			d.readPos = m.Offset + 1
+			progress = true
+			continue
+		}
+		if !deliver(m, key, false) {
+			if len(d.skipped) >= limit {
+				break // look-ahead is full (KS-9)
+			}
+			d.skipped = append(d.skipped, m.Offset)
+			d.keys[m.Offset] = key
+		}
+		d.readPos = m.Offset + 1
+		progress = true
+	}
+	counted := d.takeCounted()
+	d.mu.Unlock()
+	d.flushCounted(counted)
+	for c, f := range frames {
+		d.push(c, f)
+	}
+	return progress
+}
+
+// describe reports the subscription's consumers with their roles, the
+// members that are away, and the keys waiting for a hand-over.
+func (d *dispatcher) describe(si *transport.SubscriptionInfo) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]transport.ConsumerInfo, 0, len(d.consumers))
+	r := d.rolesLocked()
+	var share map[string]int
+	if r.ring != nil || r.sticky != nil {
+		share = map[string]int{}
+		for slot := range subscription.Slots {
+			share[r.ownerName(slot)]++
+		}
+	}
+	info := func(name string) transport.ConsumerInfo {
+		ci := transport.ConsumerInfo{Name: name}
+		if share != nil {
+			ci.HashShare = float64(share[name]) / subscription.Slots
+		}
+		return ci
+	}
 	for i, c := range d.consumers {
-		role := ""
+		ci := info(c.name)
+		ci.Unacked, ci.Permits, ci.Blocked = int64(c.unacked), c.permits, c.blocked
+		ci.HashRanges = c.ranges
 		switch {
 		case d.mode == transport.Exclusive && i == 0:
-			role = "active"
+			ci.Role = "active"
 		case d.mode == transport.Failover && c.active:
-			role = "master"
+			ci.Role = "master"
 		case d.mode == transport.Failover:
-			role = "standby"
+			ci.Role = "standby"
 		}
-		out = append(out, transport.ConsumerInfo{Name: c.name, Role: role, Unacked: int64(c.unacked), Permits: c.permits})
+		si.Consumers = append(si.Consumers, ci)
 	}
-	return out
+	ms, _, _, _, _ := d.p.fsm.members(d.name)
+	for _, name := range r.away {
+		ci := info(name)
+		ci.Role = "away"
+		if i := slices.IndexFunc(ms, func(m memberState) bool { return m.Name == name }); i >= 0 {
+			ci.HashRanges = ms[i].Ranges
+		}
+		si.Consumers = append(si.Consumers, ci)
+	}
+	si.Blocked = d.subBlocked
+	si.LookAhead = int64(len(d.skipped))
+	if d.mode == transport.KeyShared {
+		for key, h := range d.holders {
+			if owner := r.connected[r.ownerName(subscription.Slot(key))]; owner != h.c {
+				si.DrainingKeys = append(si.DrainingKeys, key)
+			}
+		}
+		sort.Strings(si.DrainingKeys)
+		if len(si.DrainingKeys) > maxDescribedKeys {
+			si.DrainingKeys = si.DrainingKeys[:maxDescribedKeys]
+		}
+	}
 }

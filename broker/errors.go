@@ -15,6 +15,7 @@ const (
 	msgCumulativeShared    = "Cumulative ack is not allowed on a shared subscription"
 	msgProducerBusy        = "Producer with name '%s' is already connected to the stream"
 	msgUnsubscribeNotAlone = "Unsubscribe is allowed only for the sole attached consumer; use force"
+	msgConsumerNameBusy    = "A consumer named '%s' is already connected to the subscription"
 )
 
 // wireError returns a transport error with a code and a message.
@@ -45,4 +46,16 @@ func modeName(m transport.SubscriptionMode) string {
 		return "key_shared"
 	}
 	return fmt.Sprintf("mode(%d)", m)
+}
+
+// keyPolicyName is a key_shared policy as users write it (SUB-2).
+func keyPolicyName(m transport.KeySharedMode, outOfOrder bool) string {
+	name := "auto_split"
+	if m == transport.Sticky {
+		name = "sticky"
+	}
+	if outOfOrder {
+		name += ", allow_out_of_order"
+	}
+	return name
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,8 @@ const (
 	entryAcks
 	entryDeleteSubscription
 	entrySeek
+	entryJoin
+	entryLeave
 )
 
 // sendEntry is a group of producers' batches committed as one Raft entry.
@@ -92,6 +95,44 @@ type subAcks struct {
 	Sub        string   `msgpack:"s"`
 	Offsets    []uint64 `msgpack:"o"`
 	Cumulative bool     `msgpack:"c,omitempty"`
+	// Redelivered are offsets the leader delivered again: each adds one
+	// to the message's redelivery count (SH-7).
+	Redelivered []uint64 `msgpack:"rd,omitempty"`
+}
+
+// memberState is a consumer of a subscription as the replicated state
+// knows it: enough for a new leader to give it back its role (SUB-7).
+type memberState struct {
+	Name     string                `msgpack:"n"`
+	Priority int32                 `msgpack:"p,omitempty"`
+	Ranges   []transport.HashRange `msgpack:"r,omitempty"` // sticky key_shared
+	// Gen is the Raft index of the member's last join; a leave names it,
+	// so that a leave overtaken by the consumer's rejoin removes nothing.
+	Gen uint64 `msgpack:"g"`
+}
+
+// joinEntry creates a subscription if needed and adds (or renews) one of
+// its members. The leader checks the join first; the state machine checks
+// the mode again, so that an entry of a deposed leader cannot mix modes.
+type joinEntry struct {
+	Sub        string                     `msgpack:"s"`
+	Mode       transport.SubscriptionMode `msgpack:"m"`
+	Initial    transport.InitialPosition  `msgpack:"i"`
+	KeyMode    transport.KeySharedMode    `msgpack:"km,omitempty"`
+	OutOfOrder bool                       `msgpack:"oo,omitempty"`
+	Member     memberState                `msgpack:"c"`
+}
+
+// leaveEntry removes members of a subscription.
+type leaveEntry struct {
+	Sub     string        `msgpack:"s"`
+	Members []memberState `msgpack:"c"` // Name and Gen
+}
+
+// joinResult answers a joinEntry: the member's generation, or Err.
+type joinResult struct {
+	Gen uint64
+	Err error
 }
 
 type deleteSubscriptionEntry struct {
@@ -154,6 +195,37 @@ func (p *producerState) offsetOf(seq uint64) uint64 {
 type subState struct {
 	Mode   transport.SubscriptionMode `msgpack:"m"`
 	Cursor *subscription.Cursor       `msgpack:"c"`
+	// KeyMode and OutOfOrder are a key_shared subscription's policy.
+	KeyMode    transport.KeySharedMode `msgpack:"km,omitempty"`
+	OutOfOrder bool                    `msgpack:"oo,omitempty"`
+	// Members are the consumers in join order (SUB-7).
+	Members []memberState `msgpack:"ms,omitempty"`
+	// Redeliveries counts the deliveries after the first of unacked
+	// messages (SH-7).
+	Redeliveries map[uint64]uint32 `msgpack:"rd,omitempty"`
+}
+
+// clone returns a deep copy.
+func (s *subState) clone() *subState {
+	c := *s
+	c.Cursor = s.Cursor.Clone()
+	c.Members = slices.Clone(s.Members)
+	for i := range c.Members {
+		c.Members[i].Ranges = slices.Clone(c.Members[i].Ranges)
+	}
+	if s.Redeliveries != nil {
+		c.Redeliveries = maps.Clone(s.Redeliveries)
+	}
+	return &c
+}
+
+// forgetAcked drops the redelivery counts of acknowledged messages.
+func (s *subState) forgetAcked() {
+	for o := range s.Redeliveries {
+		if s.Cursor.IsAcked(o) {
+			delete(s.Redeliveries, o)
+		}
+	}
 }
 
 // fsmState is everything the partition state machine holds besides the
@@ -240,8 +312,20 @@ func (f *fsm) apply(l *raft.Log) (any, uint64) {
 		if err = msgpack.Unmarshal(body, &e); err == nil {
 			if s := f.state.Subs[e.Name]; s != nil {
 				s.Cursor.Reset(e.Offset)
+				s.Redeliveries = nil
 			} else {
 				res = errSubscriptionNotFound
+			}
+		}
+	case entryJoin:
+		res, err = f.applyJoin(l.Index, body)
+	case entryLeave:
+		var e leaveEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			if s := f.state.Subs[e.Sub]; s != nil {
+				s.Members = slices.DeleteFunc(s.Members, func(m memberState) bool {
+					return slices.ContainsFunc(e.Members, func(l memberState) bool { return l.Name == m.Name && (l.Gen == 0 || l.Gen == m.Gen) })
+				})
 			}
 		}
 	default:
@@ -374,6 +458,47 @@ func (f *fsm) applyCreateSubscription(body []byte) (createResult, error) {
 	return createResult{Created: true, Mode: e.Mode}, nil
 }
 
+// errModeMismatch refuses a join whose mode or key_shared policy differs
+// from the subscription's while it has members (SUB-2).
+type errModeMismatch struct {
+	active, requested string
+}
+
+func (e *errModeMismatch) Error() string {
+	return fmt.Sprintf(msgSubscriptionType, e.active, e.requested)
+}
+
+func (f *fsm) applyJoin(index uint64, body []byte) (joinResult, error) {
+	var e joinEntry
+	if err := msgpack.Unmarshal(body, &e); err != nil {
+		return joinResult{}, err
+	}
+	s, ok := f.state.Subs[e.Sub]
+	if !ok {
+		floor := f.state.Next // latest (SUB-3): nothing before now
+		if e.Initial == transport.Earliest {
+			floor = f.log.Info().StartOffset
+		}
+		s = &subState{Mode: e.Mode, Cursor: subscription.NewCursor(floor)}
+		f.state.Subs[e.Sub] = s
+	}
+	if len(s.Members) == 0 {
+		s.Mode, s.KeyMode, s.OutOfOrder = e.Mode, e.KeyMode, e.OutOfOrder
+	} else if s.Mode != e.Mode {
+		return joinResult{Err: &errModeMismatch{modeName(s.Mode), modeName(e.Mode)}}, nil
+	} else if e.Mode == transport.KeyShared && (s.KeyMode != e.KeyMode || s.OutOfOrder != e.OutOfOrder) {
+		return joinResult{Err: &errModeMismatch{keyPolicyName(s.KeyMode, s.OutOfOrder), keyPolicyName(e.KeyMode, e.OutOfOrder)}}, nil
+	}
+	m := e.Member
+	m.Gen = index
+	if i := slices.IndexFunc(s.Members, func(o memberState) bool { return o.Name == m.Name }); i >= 0 {
+		s.Members[i] = m // a rejoin keeps its place in the join order
+	} else {
+		s.Members = append(s.Members, m)
+	}
+	return joinResult{Gen: index}, nil
+}
+
 func (f *fsm) applyAcks(body []byte) ([]error, error) {
 	var e ackEntry
 	if err := msgpack.Unmarshal(body, &e); err != nil {
@@ -386,6 +511,14 @@ func (f *fsm) applyAcks(body []byte) ([]error, error) {
 			errs[i] = errSubscriptionNotFound
 			continue
 		}
+		for _, o := range a.Redelivered {
+			if o < f.state.Next && !s.Cursor.IsAcked(o) {
+				if s.Redeliveries == nil {
+					s.Redeliveries = map[uint64]uint32{}
+				}
+				s.Redeliveries[o]++
+			}
+		}
 		for _, o := range a.Offsets {
 			if o >= f.state.Next {
 				continue // the leader checks; an entry is applied as it is
@@ -394,6 +527,15 @@ func (f *fsm) applyAcks(body []byte) ([]error, error) {
 				s.Cursor.AckCumulative(o)
 			} else {
 				s.Cursor.Ack(o)
+			}
+		}
+		if len(a.Offsets) > 0 && len(s.Redeliveries) > 0 {
+			if a.Cumulative {
+				s.forgetAcked()
+			} else {
+				for _, o := range a.Offsets {
+					delete(s.Redeliveries, o)
+				}
 			}
 		}
 	}
@@ -440,9 +582,44 @@ func (f *fsm) subscriptions() map[string]*subState {
 	defer f.mu.RUnlock()
 	out := make(map[string]*subState, len(f.state.Subs))
 	for name, s := range f.state.Subs {
-		out[name] = &subState{Mode: s.Mode, Cursor: s.Cursor.Clone()}
+		out[name] = s.clone()
 	}
 	return out
+}
+
+// subscription returns a copy of one subscription's state, nil if none.
+func (f *fsm) subscription(sub string) *subState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if s := f.state.Subs[sub]; s != nil {
+		return s.clone()
+	}
+	return nil
+}
+
+// allMembers returns the members of every subscription that has some.
+func (f *fsm) allMembers() map[string][]memberState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string][]memberState{}
+	for name, s := range f.state.Subs {
+		if len(s.Members) > 0 {
+			out[name] = slices.Clone(s.Members)
+		}
+	}
+	return out
+}
+
+// members returns a subscription's members and its mode and key policy
+// (SUB-7); ok is false when it does not exist.
+func (f *fsm) members(sub string) (ms []memberState, mode transport.SubscriptionMode, keyMode transport.KeySharedMode, outOfOrder, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.state.Subs[sub]
+	if s == nil {
+		return nil, 0, 0, false, false
+	}
+	return slices.Clone(s.Members), s.Mode, s.KeyMode, s.OutOfOrder, true
 }
 
 // Snapshot captures the state and a hard-linked snapshot of the log. It

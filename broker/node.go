@@ -394,6 +394,7 @@ func (n *Node) openPartition(name string, replicas, initial []string) (*localPar
 	})
 	pcfg := defaultPartitionConfig()
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
+	pcfg.SubscriptionLimits = n.cfg.Subscriptions
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
 	g, err := cluster.OpenGroup(n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot))
 	if err != nil {

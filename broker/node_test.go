@@ -120,7 +120,9 @@ func TestRestartKeepsMessagesAndAcks(t *testing.T) {
 	if err := c.CreateStream(ctx, stream, 2, 1); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true})
+	// A named consumer: after the restart the same one comes back (a
+	// different one would wait out the reconnect grace, SUB-7).
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "reader-1", SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,7 @@ func TestRestartKeepsMessagesAndAcks(t *testing.T) {
 
 	n2 := startNode(t, dir)
 	c2 := newClient(t, n2)
-	cons2, err := c2.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s"})
+	cons2, err := c2.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "reader-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

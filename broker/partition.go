@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -13,6 +15,7 @@ import (
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -42,15 +45,22 @@ type partitionConfig struct {
 	AckInterval time.Duration
 	// MaxMessageBytes refuses larger messages (MSG-6).
 	MaxMessageBytes int
+	// SubscriptionLimits tune the dispatchers.
+	SubscriptionLimits
+	// SweepInterval is how often the leader looks for members that stayed
+	// away longer than the reconnect grace.
+	SweepInterval time.Duration
 }
 
 func defaultPartitionConfig() partitionConfig {
 	return partitionConfig{
-		MaxEntryBytes:   6 << 20,
-		MaxInflight:     64,
-		ApplyTimeout:    10 * time.Second,
-		AckInterval:     2 * time.Millisecond,
-		MaxMessageBytes: 5 << 20,
+		MaxEntryBytes:      6 << 20,
+		MaxInflight:        64,
+		ApplyTimeout:       10 * time.Second,
+		AckInterval:        2 * time.Millisecond,
+		MaxMessageBytes:    5 << 20,
+		SubscriptionLimits: DefaultSubscriptionLimits(),
+		SweepInterval:      250 * time.Millisecond,
 	}
 }
 
@@ -66,10 +76,11 @@ type sendReq struct {
 
 // ackReq is one consumer's acks waiting for commit.
 type ackReq struct {
-	sub        string
-	offsets    []uint64
-	cumulative bool
-	done       func(err error) // may be nil
+	sub         string
+	offsets     []uint64
+	cumulative  bool
+	redelivered []uint64        // redelivery counts to add (SH-7)
+	done        func(err error) // may be nil
 }
 
 // inflight is a proposed send entry and the requests it carries.
@@ -104,6 +115,19 @@ type partition struct {
 	dispatchers map[string]*dispatcher
 	owners      map[string]*session // producer name → the session holding it
 	lastPublish int64
+	// leading, term and leaderSince follow this node's leadership; the
+	// reconnect grace (SUB-7) counts from leaderSince.
+	leading     bool
+	term        uint64
+	leaderSince time.Time
+	// graceUntil (Unix nanoseconds) ends the reconnect grace of this
+	// node's current leadership: until then members that have not
+	// reconnected keep their roles (SUB-7).
+	graceUntil atomic.Int64
+	// joining counts the consumers whose join is being committed, by
+	// subscription and name: they are not away, only on their way in.
+	joinMu  sync.Mutex
+	joining map[[2]string]int
 }
 
 func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g raftGroup, logger *slog.Logger, notLeader func() error) *partition {
@@ -121,16 +145,18 @@ func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g 
 		stop:        make(chan struct{}),
 		dispatchers: map[string]*dispatcher{},
 		owners:      map[string]*session{},
+		joining:     map[[2]string]int{},
 	}
 }
 
 // start runs the write, ack and leadership loops.
 func (p *partition) start() {
-	p.wg.Add(4)
+	p.wg.Add(5)
 	go p.proposeLoop()
 	go p.commitLoop()
 	go p.ackLoop()
 	go p.leaderLoop(p.group.WatchLeader())
+	go p.sweepLoop()
 }
 
 // leaderLoop follows the group's leadership: when this node stops leading,
@@ -155,7 +181,17 @@ func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
 				p.logger.Info("leadership lost; closing consumers and producers")
 				p.evictAll()
 			}
+			if l.IsLeader && (!was || l.Term != term) {
+				now := time.Now()
+				p.graceUntil.Store(now.Add(p.cfg.ReconnectGrace).UnixNano())
+				p.mu.Lock()
+				p.leaderSince = now
+				p.mu.Unlock()
+			}
 			was, term = l.IsLeader, l.Term
+			p.mu.Lock()
+			p.leading, p.term = l.IsLeader, l.Term
+			p.mu.Unlock()
 			if p.onLeadership != nil {
 				p.onLeadership(l)
 			}
@@ -443,7 +479,7 @@ func (p *partition) ackLoop() {
 		timer.Stop()
 		e := ackEntry{Acks: make([]subAcks, len(reqs))}
 		for i, r := range reqs {
-			e.Acks[i] = subAcks{Sub: r.sub, Offsets: r.offsets, Cumulative: r.cumulative}
+			e.Acks[i] = subAcks{Sub: r.sub, Offsets: r.offsets, Cumulative: r.cumulative, Redelivered: r.redelivered}
 		}
 		data, err := encodeEntry(entryAcks, e)
 		var res any
@@ -493,57 +529,104 @@ func (p *partition) dispatcherOf(sub string) *dispatcher {
 	return p.dispatchers[sub]
 }
 
-// subscribe creates the subscription if needed (through Raft) and attaches
-// the consumer to its dispatcher. A non-durable subscription (a reader)
-// skips Raft: it starts at start, or at the initial position, and leaves
-// nothing behind.
-func (p *partition) subscribe(ctx context.Context, sub string, mode transport.SubscriptionMode, initial transport.InitialPosition, c *consumer, nonDurable bool, start *uint64) (*dispatcher, error) {
-	return p.attach(ctx, sub, mode, initial, c, nonDurable, start, false)
+// subscribeReq is what a consumer asks of a subscription.
+type subscribeReq struct {
+	sub     string
+	mode    transport.SubscriptionMode
+	initial transport.InitialPosition
+	// keyShared is a key_shared consumer's policy (nil: auto_split).
+	keyShared *transport.KeySharedPolicy
+	// nonDurable makes a reader (SUB-5): no Raft, nothing left behind; it
+	// starts at start, or at the initial position.
+	nonDurable bool
+	start      *uint64
 }
 
-// probeTimeout is how long an exclusive holder has to answer a ping
-// before a newcomer replaces it (EX-2).
+// probeTimeout is how long a holder has to answer a ping before a
+// newcomer replaces it (EX-2).
 const probeTimeout = 2 * time.Second
 
-// attach is subscribe; probed says the holder was already probed once.
-func (p *partition) attach(ctx context.Context, sub string, mode transport.SubscriptionMode, initial transport.InitialPosition, c *consumer, nonDurable bool, start *uint64, probed bool) (*dispatcher, error) {
+// subscribe creates the subscription if needed and makes the consumer one
+// of its members (through Raft: the consumer set is replicated state,
+// SUB-7), then attaches it to the subscription's dispatcher.
+func (p *partition) subscribe(ctx context.Context, r subscribeReq, c *consumer) (*dispatcher, error) {
+	return p.attach(ctx, r, c, false)
+}
+
+// attach is subscribe; probed says a holder was already probed once.
+func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, probed bool) (*dispatcher, error) {
 	if !p.group.IsLeader() {
 		return nil, p.notLeader()
 	}
+	var keyMode transport.KeySharedMode
+	var outOfOrder bool
+	if r.mode == transport.KeyShared && r.keyShared != nil {
+		keyMode, outOfOrder = r.keyShared.Mode, r.keyShared.AllowOutOfOrder
+		if keyMode == transport.Sticky {
+			c.ranges = slices.Clone(r.keyShared.Ranges)
+		}
+	}
 	var pos uint64
-	if nonDurable {
-		if _, _, durable := p.fsm.cursor(sub); durable {
-			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", sub)
+	if r.nonDurable {
+		if _, _, durable := p.fsm.cursor(r.sub); durable {
+			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
 		}
 		info := p.log.Info()
 		switch {
-		case start != nil:
-			pos = min(max(*start, info.StartOffset), p.fsm.nextOffset())
-		case initial == transport.Earliest:
+		case r.start != nil:
+			pos = min(max(*r.start, info.StartOffset), p.fsm.nextOffset())
+		case r.initial == transport.Earliest:
 			pos = info.StartOffset
 		default:
 			pos = p.fsm.nextOffset()
 		}
-	} else if _, err := p.apply(ctx, entryCreateSubscription, createSubscriptionEntry{Name: sub, Mode: mode, Initial: initial}); err != nil {
-		return nil, err
+	} else {
+		holder, err := p.checkJoin(r, keyMode, outOfOrder, c)
+		if err != nil {
+			// EX-2: before refusing, make sure the holder is alive; one
+			// whose connection died silently would lock it out until
+			// its connection times out.
+			if holder != nil && !probed && !holder.out.probe(probeTimeout) {
+				p.logger.Info("consumer did not answer a ping; replacing it", "subscription", r.sub, "consumer", holder.name)
+				p.detach(r.sub, holder)
+				holder.out.drop()
+				return p.attach(ctx, r, c, true)
+			}
+			return nil, err
+		}
+		p.setJoining(r.sub, c.name, 1)
+		defer p.setJoining(r.sub, c.name, -1)
+		res, err := p.apply(ctx, entryJoin, joinEntry{
+			Sub: r.sub, Mode: r.mode, Initial: r.initial, KeyMode: keyMode, OutOfOrder: outOfOrder,
+			Member: memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges},
+		})
+		if err != nil {
+			return nil, err
+		}
+		jr, _ := res.(joinResult)
+		if jr.Err != nil {
+			return nil, wireError(transport.CodeSubscriptionBusy, "%v", jr.Err)
+		}
+		c.gen = jr.Gen
 	}
 	p.mu.Lock()
-	d := p.dispatchers[sub]
-	if d != nil && d.consumerCount() > 0 && (d.mode != mode || d.durable == nonDurable) {
+	d := p.dispatchers[r.sub]
+	if d != nil && d.consumerCount() > 0 && (d.mode != r.mode || d.durable == r.nonDurable) {
 		p.mu.Unlock()
-		if d.durable == nonDurable {
-			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", sub, map[bool]string{true: "consumer", false: "reader"}[d.durable])
+		if d.durable == r.nonDurable {
+			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", r.sub, map[bool]string{true: "consumer", false: "reader"}[d.durable])
 		}
-		return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(d.mode), modeName(mode))
+		return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(d.mode), modeName(r.mode))
 	}
 	var old *dispatcher
-	if d == nil || d.mode != mode || d.durable == nonDurable {
+	if d == nil || d.mode != r.mode || d.durable == r.nonDurable || d.keyMode != keyMode || d.outOfOrder != outOfOrder {
 		old = d
-		d = newDispatcher(p, sub, mode, !nonDurable, pos)
+		d = newDispatcher(p, r.sub, r.mode, !r.nonDurable, pos)
+		d.keyMode, d.outOfOrder = keyMode, outOfOrder
 		if pn, err := geofabric.ParsePartition(p.name); err == nil {
 			d.partition, d.stream = pn.Index, pn.Stream.String()
 		}
-		p.dispatchers[sub] = d
+		p.dispatchers[r.sub] = d
 		d.start()
 	}
 	// Attached under the partition's lock, so that a detach cannot close
@@ -553,28 +636,119 @@ func (p *partition) attach(ctx context.Context, sub string, mode transport.Subsc
 	if old != nil {
 		old.close()
 	}
-	if err != nil && mode == transport.Exclusive && !probed {
-		// EX-2: before refusing, make sure the holder is alive; a holder
-		// whose connection died silently would lock the subscription
-		// until its connection times out.
-		// A holder on the newcomer's own connection is alive: that
-		// connection is being read right now (and could not read a Pong
-		// while this waits).
-		if h := d.holder(); h != nil && h.out != c.out && !h.out.probe(probeTimeout) {
-			p.logger.Info("exclusive consumer did not answer a ping; replacing it", "subscription", sub, "consumer", h.name)
-			p.detach(sub, h)
-			h.out.drop()
-			return p.attach(ctx, sub, mode, initial, c, nonDurable, start, true)
-		}
-	}
 	if err != nil {
+		// Another consumer won a race for the role: the join just
+		// committed must not outlive the refusal.
+		if !r.nonDurable && d.named(c.name) == nil {
+			p.leave(r.sub, memberState{Name: c.name, Gen: c.gen})
+		}
 		return nil, err
 	}
 	return d, nil
 }
 
-// detach detaches a consumer; if the subscription is left without
-// consumers its dispatcher stops.
+// setJoining counts a join in progress up or down.
+func (p *partition) setJoining(sub, name string, delta int) {
+	p.joinMu.Lock()
+	defer p.joinMu.Unlock()
+	k := [2]string{sub, name}
+	if p.joining[k] += delta; p.joining[k] <= 0 {
+		delete(p.joining, k)
+	}
+}
+
+// isJoining reports whether a consumer's join is in progress.
+func (p *partition) isJoining(sub, name string) bool {
+	p.joinMu.Lock()
+	defer p.joinMu.Unlock()
+	return p.joining[[2]string{sub, name}] > 0
+}
+
+// inGrace reports whether this leadership's reconnect grace runs.
+func (p *partition) inGrace() bool {
+	return time.Now().UnixNano() < p.graceUntil.Load()
+}
+
+// checkJoin refuses a consumer that cannot join: another mode or key
+// policy while the subscription has members (SUB-2), a second exclusive
+// consumer (EX-1), a name already connected (failover, key_shared), a
+// sticky range conflict (KS-4). Members that are away after a leader
+// change count: their roles are kept for them (SUB-7). When the conflict
+// is with a connected consumer, it is returned to be probed (EX-2).
+func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, outOfOrder bool, c *consumer) (*consumer, error) {
+	ms, mode, km, ooo, _ := p.fsm.members(r.sub)
+	var connected []*consumer
+	d := p.dispatcherOf(r.sub)
+	if d != nil {
+		d.mu.Lock()
+		connected = slices.Clone(d.consumers)
+		d.mu.Unlock()
+		if len(connected) > 0 && d.durable && len(ms) == 0 {
+			mode, km, ooo = d.mode, d.keyMode, d.outOfOrder
+		}
+		if len(connected) > 0 && !d.durable {
+			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.sub)
+		}
+	}
+	if len(ms) > 0 || len(connected) > 0 {
+		if mode != r.mode {
+			return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(mode), modeName(r.mode))
+		}
+		if r.mode == transport.KeyShared && (km != keyMode || ooo != outOfOrder) {
+			return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, keyPolicyName(km, ooo), keyPolicyName(keyMode, outOfOrder))
+		}
+	}
+	switch r.mode {
+	case transport.Exclusive:
+		if len(connected) > 0 {
+			if o := connected[0]; o.out != c.out {
+				return o, wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
+			}
+			// A holder on the newcomer's own connection is alive: that
+			// connection is being read right now.
+			return nil, wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
+		}
+		// After a leader change the holder keeps its place through the
+		// grace (exclusivity across the change).
+		for _, m := range ms {
+			if m.Name != c.name && p.inGrace() {
+				return nil, wireError(transport.CodeConsumerBusy, msgExclusiveBusy+" (consumer '%s' keeps its place for the reconnect grace after a leader change)", m.Name)
+			}
+		}
+	case transport.Failover, transport.KeyShared:
+		for _, o := range connected {
+			if o.name == c.name {
+				if o.out == c.out {
+					return nil, wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, c.name)
+				}
+				return o, wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, c.name)
+			}
+		}
+		if r.mode == transport.KeyShared && keyMode == transport.Sticky {
+			st := subscription.NewSticky()
+			others := map[string][]transport.HashRange{}
+			if p.inGrace() {
+				for _, m := range ms {
+					others[m.Name] = m.Ranges
+				}
+			}
+			for _, o := range connected {
+				others[o.name] = o.ranges
+			}
+			delete(others, c.name)
+			for name, rs := range others {
+				_ = st.Add(name, toRanges(rs))
+			}
+			if err := st.Add(c.name, toRanges(c.ranges)); err != nil {
+				return nil, wireError(transport.CodeConsumerAssignError, "%v", err)
+			}
+		}
+	}
+	return nil, nil
+}
+
+// detach detaches a consumer; it leaves the subscription's members, and if
+// the subscription is left without consumers its dispatcher stops.
 func (p *partition) detach(sub string, c *consumer) {
 	p.mu.Lock()
 	d := p.dispatchers[sub]
@@ -582,7 +756,15 @@ func (p *partition) detach(sub string, c *consumer) {
 	if d == nil {
 		return
 	}
-	if d.remove(c) {
+	found, empty := d.remove(c)
+	if found && d.durable && c.gen != 0 && d.named(c.name) == nil {
+		m := memberState{Name: c.name, Gen: c.gen}
+		if d.mode == transport.Shared {
+			m.Gen = 0 // shared consumers may share a name: the last one out leaves
+		}
+		p.leave(sub, m)
+	}
+	if empty {
 		p.mu.Lock()
 		if p.dispatchers[sub] == d && d.consumerCount() == 0 {
 			delete(p.dispatchers, sub)
@@ -591,6 +773,83 @@ func (p *partition) detach(sub string, c *consumer) {
 			return
 		}
 		p.mu.Unlock()
+	}
+}
+
+// leave removes members from a subscription and waits for the commit, so
+// that their roles have moved on when it returns. A node that no longer
+// leads leaves it to the next leader's sweep.
+func (p *partition) leave(sub string, ms ...memberState) {
+	if !p.group.IsLeader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ApplyTimeout)
+	defer cancel()
+	if _, err := p.apply(ctx, entryLeave, leaveEntry{Sub: sub, Members: ms}); err != nil {
+		p.logger.Warn("could not remove consumers from a subscription; the leader's sweep will", "subscription", sub, "err", err)
+	}
+}
+
+// sweepLoop removes, on the leader, the members that stayed away longer
+// than the reconnect grace: after a leader change, consumers that did not
+// come back give up their roles (SUB-7); in steady state, members whose
+// leave failed are removed.
+func (p *partition) sweepLoop() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.cfg.SweepInterval)
+	defer t.Stop()
+	away := map[[2]string]time.Time{}
+	var term uint64
+	var last time.Time
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			leading, cur, since := p.leading, p.term, p.leaderSince
+			p.mu.Unlock()
+			if !leading || cur != term {
+				clear(away)
+				term, last = cur, time.Time{}
+				if !leading {
+					continue
+				}
+			}
+			seen := map[[2]string]time.Time{}
+			gone := map[string][]memberState{}
+			for sub, ms := range p.fsm.allMembers() {
+				var names map[string]bool
+				if d := p.dispatcherOf(sub); d != nil {
+					names = d.connectedNames()
+				}
+				for _, m := range ms {
+					if names[m.Name] {
+						continue
+					}
+					k := [2]string{sub, m.Name}
+					first, ok := away[k]
+					if !ok {
+						first = since
+						if last.After(first) {
+							first = last
+						}
+					}
+					if now.Sub(first) >= p.cfg.ReconnectGrace {
+						gone[sub] = append(gone[sub], memberState{Name: m.Name, Gen: m.Gen})
+						continue
+					}
+					seen[k] = first
+				}
+			}
+			away, last = seen, now
+			// Roles kept for away members lapse when the grace ends.
+			p.onApplied(0)
+			for sub, ms := range gone {
+				p.logger.Info("consumers did not come back within the reconnect grace; their roles move on", "subscription", sub, "consumers", len(ms))
+				p.leave(sub, ms...)
+			}
+		}
 	}
 }
 

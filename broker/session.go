@@ -507,9 +507,19 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	if c.Mode == transport.KeyShared || c.Mode > transport.KeyShared {
-		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "subscription mode %s is not available yet; use exclusive, shared or failover", modeName(c.Mode)))
+	if c.Mode > transport.KeyShared {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode))
 		return
+	}
+	if ks := c.KeyShared; ks != nil && c.Mode == transport.KeyShared {
+		if ks.Mode > transport.Sticky {
+			s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "unknown key_shared mode %d", ks.Mode))
+			return
+		}
+		if ks.Mode == transport.AutoSplit && len(ks.Ranges) > 0 {
+			s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "hash ranges are for sticky key_shared consumers; auto_split assigns hashes itself"))
+			return
+		}
 	}
 	name := c.ConsumerName
 	if name == "" {
@@ -527,10 +537,17 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		return
 	}
 	s.mu.Unlock()
+	if c.PriorityLevel < 0 {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
+		return
+	}
 	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	d, err := lp.subscribe(ctx, c.Subscription, c.Mode, c.InitialPosition, cons, c.NonDurable, c.StartOffset)
+	d, err := lp.subscribe(ctx, subscribeReq{
+		sub: c.Subscription, mode: c.Mode, initial: c.InitialPosition, keyShared: c.KeyShared,
+		nonDurable: c.NonDurable, start: c.StartOffset,
+	}, cons)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return

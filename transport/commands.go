@@ -191,8 +191,8 @@ const (
 
 // HashRange is an inclusive range of key hash slots, 0..65535.
 type HashRange struct {
-	Start int32 `msgpack:"s"`
-	End   int32 `msgpack:"e"`
+	Start int32 `msgpack:"s" json:"start"`
+	End   int32 `msgpack:"e" json:"end"`
 }
 
 // KeySharedPolicy configures a key_shared consumer.
@@ -368,6 +368,15 @@ type SubscriptionInfo struct {
 	Backlog    uint64         `msgpack:"b" json:"backlog"`
 	MarkDelete int64          `msgpack:"md" json:"mark_delete"`
 	Consumers  []ConsumerInfo `msgpack:"c" json:"consumers"`
+	// Blocked says the subscription holds too many unacked messages to
+	// deliver more (SH-4).
+	Blocked bool `msgpack:"bl,omitempty" json:"blocked"`
+	// LookAhead counts key_shared messages read past a blocked key and not
+	// delivered yet (KS-9).
+	LookAhead int64 `msgpack:"la,omitempty" json:"look_ahead"`
+	// DrainingKeys are key_shared keys waiting for their old consumer to
+	// ack before moving to their new owner (KS-7); at most 100 are listed.
+	DrainingKeys []string `msgpack:"dk,omitempty" json:"draining_keys,omitempty"`
 }
 
 // ConsumerInfo describes a consumer of a subscription.
@@ -376,6 +385,12 @@ type ConsumerInfo struct {
 	Role    string `msgpack:"r,omitempty" json:"role,omitempty"`
 	Unacked int64  `msgpack:"u" json:"unacked"`
 	Permits int64  `msgpack:"p" json:"permits"`
+	// Blocked says the consumer holds too many unacked messages (SH-4).
+	Blocked bool `msgpack:"bl,omitempty" json:"blocked"`
+	// HashRanges are a sticky key_shared consumer's ranges.
+	HashRanges []HashRange `msgpack:"hr,omitempty" json:"hash_ranges,omitempty"`
+	// HashShare is the fraction of key hashes a key_shared consumer owns.
+	HashShare float64 `msgpack:"hs,omitempty" json:"hash_share,omitempty"`
 }
 
 // Success answers a request that has no other result.

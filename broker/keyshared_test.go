@@ -1,0 +1,387 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/broker"
+	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/subscription"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// startNodeWith runs a one-node cluster with a configuration tweak.
+func startNodeWith(t *testing.T, dir string, tweak func(*broker.Config)) *broker.Node {
+	t.Helper()
+	cfg := broker.Config{
+		NodeID:     "n1",
+		DataDir:    dir,
+		ClientAddr: "127.0.0.1:0",
+		RaftAddr:   "127.0.0.1:0",
+		Raft:       broker.RaftTimings{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond},
+	}
+	tweak(&cfg)
+	n, err := broker.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// delivery is one message as a consumer saw it.
+type delivery struct {
+	consumer string
+	key      string
+	seq      int // the producer's per-key sequence, from the payload
+	offset   uint64
+	count    uint32
+}
+
+// keyLog records key_shared deliveries and checks, as they happen, that no
+// key is unacked on two consumers at once (KS-7).
+type keyLog struct {
+	t        *testing.T
+	mu       sync.Mutex
+	all      []delivery
+	holding  map[string]map[string]int // key → consumer → unacked
+	overlaps []string
+}
+
+func newKeyLog(t *testing.T) *keyLog {
+	return &keyLog{t: t, holding: map[string]map[string]int{}}
+}
+
+func (l *keyLog) received(d delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, d)
+	h := l.holding[d.key]
+	if h == nil {
+		h = map[string]int{}
+		l.holding[d.key] = h
+	}
+	for other, n := range h {
+		if other != d.consumer && n > 0 && len(l.overlaps) < 10 {
+			l.overlaps = append(l.overlaps, fmt.Sprintf("key %s delivered to %s while %s holds %d unacked", d.key, d.consumer, other, n))
+		}
+	}
+	h[d.consumer]++
+}
+
+// acking is called before the ack is sent: from then on the consumer no
+// longer holds the message.
+func (l *keyLog) acking(consumer, key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holding[key][consumer]--
+}
+
+// owners returns, per key, the consumers that received it.
+func (l *keyLog) owners() map[string][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]string{}
+	for _, d := range l.all {
+		if !slices.Contains(out[d.key], d.consumer) {
+			out[d.key] = append(out[d.key], d.consumer)
+		}
+	}
+	return out
+}
+
+// checkOrder checks that per key the first deliveries follow the send
+// order with nothing missing (KS-7): redeliveries may repeat a message,
+// never skip one.
+func (l *keyLog) checkOrder(perKey int) {
+	l.t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := map[string]int{}
+	for _, d := range l.all {
+		switch {
+		case d.seq == next[d.key]:
+			next[d.key]++
+		case d.seq > next[d.key]:
+			l.t.Fatalf("key %s: message %d delivered before %d", d.key, d.seq, next[d.key])
+		}
+	}
+	for k, n := range next {
+		if n != perKey {
+			l.t.Fatalf("key %s: %d of %d messages delivered", k, n, perKey)
+		}
+	}
+	if len(l.overlaps) > 0 {
+		l.t.Fatalf("a key was unacked on two consumers at once: %s", strings.Join(l.overlaps, "; "))
+	}
+}
+
+// consumeKeys receives on a consumer until ctx ends, recording and acking
+// each message unless hold says to keep it.
+func consumeKeys(ctx context.Context, cons *client.Consumer, l *keyLog, hold func(*client.Message) bool) {
+	for {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			return
+		}
+		var key string
+		var seq int
+		fmt.Sscanf(string(m.Payload), "%s %d", &key, &seq)
+		l.received(delivery{consumer: cons.Name(), key: m.Key, seq: seq, offset: m.ID.Offset, count: m.RedeliveryCount})
+		if hold != nil && hold(m) {
+			continue
+		}
+		l.acking(cons.Name(), m.Key)
+		cons.Ack(ctx, m)
+	}
+}
+
+// produceKeys sends perKey messages for each of keys, round robin over the
+// keys, payload "KEY SEQ".
+func produceKeys(ctx context.Context, t *testing.T, p *client.Producer, keys []string, from, to int) {
+	t.Helper()
+	var failed error
+	var mu sync.Mutex
+	for seq := from; seq < to; seq++ {
+		for _, k := range keys {
+			p.SendAsync(ctx, &client.ProducerMessage{Key: k, Payload: fmt.Appendf(nil, "%s %d", k, seq)}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+				if err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if failed != nil {
+		t.Fatal(failed)
+	}
+}
+
+func keyNames(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%d", i)
+	}
+	return keys
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// KS-3, KS-7: 300 keys over 3 auto_split consumers: every key on exactly
+// one consumer, the one the ring names, and per key in order. KS-6: the
+// producer's batches mix keys; the broker routes each message by its own.
+func TestKeySharedSpreadsKeysInOrder(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/keys"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	l := newKeyLog(t)
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	names := []string{"c1", "c2", "c3"}
+	for _, name := range names {
+		cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "ks", Type: client.KeyShared, Name: name, ReceiverQueueSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		wg.Add(1)
+		go func() { defer wg.Done(); consumeKeys(rctx, cons, l, nil) }()
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream}) // mixed-key batches
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := keyNames(300)
+	const perKey = 10
+	produceKeys(ctx, t, p, keys, 0, perKey)
+	waitFor(t, ctx, "every message", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) >= len(keys)*perKey })
+	stop()
+	wg.Wait()
+	l.checkOrder(perKey)
+	ring := subscription.NewAutoSplit(names)
+	perConsumer := map[string]int{}
+	for key, who := range l.owners() {
+		if len(who) != 1 {
+			t.Fatalf("key %s went to %v", key, who)
+		}
+		if want := ring.Owner(subscription.Slot(key)); who[0] != want {
+			t.Fatalf("key %s went to %s, the ring owner is %s", key, who[0], want)
+		}
+		perConsumer[who[0]]++
+	}
+	for _, name := range names {
+		if perConsumer[name] == 0 {
+			t.Fatalf("keys per consumer %v", perConsumer)
+		}
+	}
+}
+
+// KS-7: a fourth consumer joins while the others hold unacked messages.
+// Keys that move to it wait until their old consumer acked them; no key is
+// unacked on two consumers at once; keys that do not move keep flowing
+// while the moved ones wait.
+func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/joiner"
+	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	keys := keyNames(300)
+	names := []string{"c1", "c2", "c3"}
+	before := subscription.NewAutoSplit(names)
+	after := subscription.NewAutoSplit(append(slices.Clone(names), "c4"))
+	moving := map[string]bool{}
+	for _, k := range keys {
+		if before.Owner(subscription.Slot(k)) != after.Owner(subscription.Slot(k)) {
+			moving[k] = true
+		}
+	}
+	if len(moving) == 0 || len(moving) == len(keys) {
+		t.Fatalf("%d of %d keys move: the test needs some of each", len(moving), len(keys))
+	}
+	l := newKeyLog(t)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	// Every consumer holds (does not ack) the first round of messages
+	// until released.
+	release := make(chan struct{})
+	var heldMu sync.Mutex
+	held := map[string][]*client.Message{}
+	consumers := map[string]*client.Consumer{}
+	subscribe := func(name string) {
+		cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "ks", Type: client.KeyShared, Name: name, ReceiverQueueSize: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cons.Close() })
+		consumers[name] = cons
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			consumeKeys(rctx, cons, l, func(m *client.Message) bool {
+				select {
+				case <-release:
+					return false
+				default:
+				}
+				heldMu.Lock()
+				defer heldMu.Unlock()
+				held[cons.Name()] = append(held[cons.Name()], m)
+				return true
+			})
+		}()
+	}
+	for _, name := range names {
+		subscribe(name)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, KeyBasedBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produceKeys(ctx, t, p, keys, 0, 1)
+	waitFor(t, ctx, "the first round", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) == len(keys) })
+	subscribe("c4")
+	produceKeys(ctx, t, p, keys, 1, 3)
+	// Every key that stays gets its new messages while the moved keys'
+	// first messages are still unacked.
+	waitFor(t, ctx, "the keys that stay", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		got := 0
+		for _, d := range l.all {
+			if !moving[d.key] && d.seq > 0 {
+				got++
+			}
+		}
+		return got == 2*(len(keys)-len(moving))
+	})
+	l.mu.Lock()
+	for _, d := range l.all {
+		if moving[d.key] && d.seq > 0 {
+			l.mu.Unlock()
+			t.Fatalf("moved key %s delivered (message %d to %s) while its first message was unacked", d.key, d.seq, d.consumer)
+		}
+	}
+	l.mu.Unlock()
+	si := describeSub(ctx, t, c, stream, "ks")
+	if len(si.DrainingKeys) == 0 {
+		t.Fatalf("describe shows no draining keys while %d keys wait: %+v", len(moving), si)
+	}
+	// The old owners ack: the moved keys go to c4, in order.
+	close(release)
+	heldMu.Lock()
+	for name, ms := range held {
+		for _, m := range ms {
+			l.acking(name, m.Key)
+			if err := consumers[name].Ack(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	heldMu.Unlock()
+	waitFor(t, ctx, "every message", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) >= 3*len(keys) })
+	stop()
+	wg.Wait()
+	l.checkOrder(3)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range l.all {
+		if d.seq > 0 {
+			if want := after.Owner(subscription.Slot(d.key)); d.consumer != want {
+				t.Fatalf("key %s message %d went to %s after the join, its owner is %s", d.key, d.seq, d.consumer, want)
+			}
+		}
+	}
+}
+
+func describeSub(ctx context.Context, t *testing.T, c *client.Client, stream, sub string) transport.SubscriptionInfo {
+	t.Helper()
+	info, err := c.DescribeStream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range info.Partitions {
+		for _, s := range p.Subscriptions {
+			if s.Name == sub {
+				return s
+			}
+		}
+	}
+	t.Fatalf("no subscription %s in %+v", sub, info)
+	return transport.SubscriptionInfo{}
+}
