@@ -68,6 +68,21 @@ type ConsumerOptions struct {
 	// NackRedeliveryDelay is how long after Nack a message is delivered
 	// again (SH-6). Default 1 minute.
 	NackRedeliveryDelay time.Duration
+	// AckTimeout, when set, redelivers a message that stayed unacked that
+	// long after Receive returned it (SH-6). Default off.
+	AckTimeout time.Duration
+	// PriorityLevel ranks shared and failover consumers: 0 is the best
+	// level, served first (SH-3, FO-2).
+	PriorityLevel int
+	// KeySharedPolicy configures a key_shared consumer; nil is auto_split
+	// in order.
+	KeySharedPolicy *KeySharedPolicy
+	// DLQ, when set, sends messages delivered too often to a dead-letter
+	// stream (SH-7).
+	DLQ *DLQPolicy
+	// EventListener hears when a failover consumer becomes active or
+	// inactive on a partition (FO-6).
+	EventListener ConsumerEventListener
 }
 
 // Consumer receives messages of a subscription from every partition of a
@@ -93,6 +108,13 @@ type Consumer struct {
 	ch      chan *Message
 	pumpWG  sync.WaitGroup
 	closing atomic.Bool
+	// bgWG owns the event and ack-timeout goroutines.
+	bgWG          sync.WaitGroup
+	pendingEvents []event
+	eventReady    chan struct{}
+	unacked       map[MessageID]time.Time // AckTimeout's watch
+	dlqMu         sync.Mutex
+	dlq           *Producer
 }
 
 // queued is a received message with the epoch of the subscription it
@@ -123,13 +145,17 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	if opts.NackRedeliveryDelay <= 0 {
 		opts.NackRedeliveryDelay = time.Minute
 	}
+	if err := validateConsumerOptions(&opts); err != nil {
+		return nil, err
+	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	n, err := c.partitions(ctx, st)
 	if err != nil {
 		return nil, err
 	}
-	cons := &Consumer{c: c, opts: opts, stream: st, name: opts.Name, reader: reader, ready: make(chan struct{}, 1), done: make(chan struct{}), nacks: map[*time.Timer]struct{}{}}
+	cons := &Consumer{c: c, opts: opts, stream: st, name: opts.Name, reader: reader, ready: make(chan struct{}, 1), done: make(chan struct{}),
+		nacks: map[*time.Timer]struct{}{}, eventReady: make(chan struct{}, 1), unacked: map[MessageID]time.Time{}}
 	if cons.name == "" {
 		cons.name = randomName(c.opts.Name)
 	}
@@ -142,6 +168,14 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	if err := c.register(cons); err != nil {
 		cons.closeParts()
 		return nil, err
+	}
+	if opts.EventListener != nil {
+		cons.bgWG.Add(1)
+		go cons.events()
+	}
+	if opts.AckTimeout > 0 {
+		cons.bgWG.Add(1)
+		go cons.ackTimeouts()
 	}
 	return cons, nil
 }
@@ -191,10 +225,19 @@ func (cons *Consumer) Receive(ctx context.Context) (*Message, error) {
 		}
 		if q != nil {
 			// Outside the lock: it may send a Flow.
-			if q.pc.consumed(q.epoch, q.m.ID.Offset) {
-				return q.m, nil
+			if !q.pc.consumed(q.epoch, q.m.ID.Offset) {
+				continue
 			}
-			continue
+			if d := cons.opts.DLQ; d != nil && q.m.RedeliveryCount >= d.MaxDeliveries {
+				if err := cons.deadLetter(ctx, q.m); err != nil {
+					// Kept unacked: it comes back and is tried again.
+					cons.c.logger.Warn("dead-letter failed; the message will be redelivered", "message", q.m.ID, "err", err)
+					cons.Nack(q.m)
+				}
+				continue
+			}
+			cons.track(q.m.ID)
+			return q.m, nil
 		}
 		select {
 		case <-cons.ready:
@@ -270,6 +313,7 @@ func (cons *Consumer) AckID(ctx context.Context, id MessageID) error {
 	if err != nil {
 		return err
 	}
+	cons.untrack(id, false)
 	return pc.ack(ctx, id.Offset, false)
 }
 
@@ -283,6 +327,7 @@ func (cons *Consumer) AckCumulative(ctx context.Context, m *Message) error {
 	if err != nil {
 		return err
 	}
+	cons.untrack(m.ID, true)
 	return pc.ack(ctx, m.ID.Offset, true)
 }
 
@@ -293,6 +338,7 @@ func (cons *Consumer) Nack(m *Message) {
 	if err != nil {
 		return
 	}
+	cons.untrack(m.ID, false)
 	cons.mu.Lock()
 	defer cons.mu.Unlock()
 	if cons.closed {
@@ -361,6 +407,12 @@ func (cons *Consumer) Close() error {
 	close(cons.done)
 	cons.closeParts()
 	cons.pumpWG.Wait()
+	cons.bgWG.Wait()
+	cons.dlqMu.Lock()
+	if cons.dlq != nil {
+		cons.dlq.Close()
+	}
+	cons.dlqMu.Unlock()
 	cons.c.unregister(cons)
 	return nil
 }
@@ -424,6 +476,8 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 		Mode:            transport.SubscriptionMode(o.Type),
 		ConsumerName:    pc.cons.name,
 		InitialPosition: transport.InitialPosition(o.SubscriptionInitialPosition),
+		PriorityLevel:   int32(o.PriorityLevel),
+		KeyShared:       keySharedWire(o.KeySharedPolicy),
 	}
 	if r := pc.cons.reader; r != nil {
 		sub.NonDurable = true
@@ -504,7 +558,11 @@ func (pc *partitionConsumer) connectionLost(x *cnx) {
 	}
 }
 
-func (pc *partitionConsumer) activeChange(active bool) { pc.active.Store(active) }
+func (pc *partitionConsumer) activeChange(active bool) {
+	if pc.active.Swap(active) != active {
+		pc.cons.roleChanged(pc.index, active)
+	}
+}
 
 // messages queues what the broker pushed.
 func (pc *partitionConsumer) messages(x *cnx, m *transport.Message) {
@@ -593,6 +651,17 @@ func (pc *partitionConsumer) nack(offset uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), pc.cons.c.opts.OperationTimeout)
 	defer cancel()
 	x.send(ctx, &transport.Nack{ConsumerID: id, Offsets: []uint64{offset}})
+}
+
+// redeliver asks the broker to deliver unacked messages again.
+func (pc *partitionConsumer) redeliver(offsets []uint64) {
+	x, id, err := pc.conn()
+	if err != nil {
+		return // a reconnect redelivers everything unacked anyway
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pc.cons.c.opts.OperationTimeout)
+	defer cancel()
+	x.send(ctx, &transport.RedeliverUnacked{ConsumerID: id, Offsets: offsets})
 }
 
 // seek resets the subscription and drops what was queued from before.
