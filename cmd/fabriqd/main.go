@@ -45,6 +45,7 @@ type options struct {
 	maxMessageBytes int
 	replaceDead     time.Duration
 	raftHeartbeat   time.Duration
+	subs            broker.SubscriptionLimits
 	logLevel        string
 	logJSON         bool
 }
@@ -83,6 +84,14 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
+	d := broker.DefaultSubscriptionLimits()
+	f.DurationVar(&o.subs.ReconnectGrace, "reconnect-grace", d.ReconnectGrace, "after a partition leader change, how long consumers keep their roles (failover master, key_shared hashes) while they reconnect")
+	f.DurationVar(&o.subs.DrainTimeout, "failover-drain-timeout", d.DrainTimeout, "how long an old failover master may ack what it holds before the new master starts (negative: no wait)")
+	f.DurationVar(&o.subs.FailoverStabilityWindow, "failover-stability-window", 0, "how long a returning higher-ranked failover consumer must stay connected before it takes the master role back")
+	f.IntVar(&o.subs.MaxUnackedPerConsumer, "max-unacked-per-consumer", d.MaxUnackedPerConsumer, "a shared or key_shared consumer holding this many unacked messages gets no more until half are acked")
+	f.IntVar(&o.subs.MaxUnackedPerSubscription, "max-unacked-per-subscription", d.MaxUnackedPerSubscription, "a subscription holding this many unacked messages stops until half are acked")
+	f.IntVar(&o.subs.LookAheadPerConsumer, "key-shared-look-ahead-per-consumer", d.LookAheadPerConsumer, "key_shared messages read past blocked keys, per consumer")
+	f.IntVar(&o.subs.LookAheadPerSubscription, "key-shared-look-ahead-per-subscription", d.LookAheadPerSubscription, "key_shared messages read past blocked keys, per subscription at most")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
 	cmd.SetOut(stdout)
@@ -117,6 +126,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		MaxMessageBytes:  o.maxMessageBytes,
 		ReplaceDeadAfter: o.replaceDead,
 		Raft:             broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
+		Subscriptions:    o.subs,
 		Version:          version,
 		Logger:           logger,
 	})
