@@ -202,7 +202,20 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		return
 	}
 	info := transport.StreamInfo{Stream: meta.Name, Replicas: int32(meta.Replicas)}
+	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= meta.Partitions) {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", meta.Name, meta.Partitions-1, *c.Partition))
+		return
+	}
 	for i, p := range st.Partitions(meta.Partitions) {
+		if c.Partition != nil {
+			if int(*c.Partition) != i {
+				continue
+			}
+			if _, err := s.localLeader(p.String()); err != nil {
+				s.replyErr(c.RequestID, err)
+				return
+			}
+		}
 		pi := transport.PartitionInfo{Partition: int32(i), Replicas: meta.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
 		if lp, ok := s.n.partition(p.String()); ok {
 			pi.Leader, _ = lp.group.Leader()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/fabriq-io/fabriq/broker"
 	"github.com/fabriq-io/fabriq/client"
 	"github.com/fabriq-io/fabriq/subscription"
+	"github.com/fabriq-io/fabriq/tests/checker"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -39,111 +39,39 @@ func startNodeWith(t *testing.T, dir string, tweak func(*broker.Config)) *broker
 	return n
 }
 
-// delivery is one message as a consumer saw it.
-type delivery struct {
-	consumer string
-	key      string
-	seq      int // the producer's per-key sequence, from the payload
-	offset   uint64
-	count    uint32
-}
-
-// keyLog records key_shared deliveries and checks, as they happen, that no
-// key is unacked on two consumers at once (KS-7).
-type keyLog struct {
-	t        *testing.T
-	mu       sync.Mutex
-	all      []delivery
-	holding  map[string]map[string]int // key → consumer → unacked
-	overlaps []string
-}
-
-func newKeyLog(t *testing.T) *keyLog {
-	return &keyLog{t: t, holding: map[string]map[string]int{}}
-}
-
-func (l *keyLog) received(d delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.all = append(l.all, d)
-	h := l.holding[d.key]
-	if h == nil {
-		h = map[string]int{}
-		l.holding[d.key] = h
-	}
-	for other, n := range h {
-		if other != d.consumer && n > 0 && len(l.overlaps) < 10 {
-			l.overlaps = append(l.overlaps, fmt.Sprintf("key %s delivered to %s while %s holds %d unacked", d.key, d.consumer, other, n))
-		}
-	}
-	h[d.consumer]++
-}
-
-// acking is called before the ack is sent: from then on the consumer no
-// longer holds the message.
-func (l *keyLog) acking(consumer, key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.holding[key][consumer]--
-}
-
-// owners returns, per key, the consumers that received it.
-func (l *keyLog) owners() map[string][]string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := map[string][]string{}
-	for _, d := range l.all {
-		if !slices.Contains(out[d.key], d.consumer) {
-			out[d.key] = append(out[d.key], d.consumer)
-		}
-	}
-	return out
-}
-
-// checkOrder checks that per key the first deliveries follow the send
-// order with nothing missing (KS-7): redeliveries may repeat a message,
-// never skip one.
-func (l *keyLog) checkOrder(perKey int) {
-	l.t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next := map[string]int{}
-	for _, d := range l.all {
-		switch {
-		case d.seq == next[d.key]:
-			next[d.key]++
-		case d.seq > next[d.key]:
-			l.t.Fatalf("key %s: message %d delivered before %d", d.key, d.seq, next[d.key])
-		}
-	}
-	for k, n := range next {
-		if n != perKey {
-			l.t.Fatalf("key %s: %d of %d messages delivered", k, n, perKey)
-		}
-	}
-	if len(l.overlaps) > 0 {
-		l.t.Fatalf("a key was unacked on two consumers at once: %s", strings.Join(l.overlaps, "; "))
-	}
-}
-
 // consumeKeys receives on a consumer until ctx ends, recording and acking
 // each message unless hold says to keep it.
-func consumeKeys(ctx context.Context, cons *client.Consumer, l *keyLog, hold func(*client.Message) bool) {
+func consumeKeys(ctx context.Context, cons *client.Consumer, l *checker.KeyHistory, hold func(*client.Message) bool) {
 	for {
 		m, err := cons.Receive(ctx)
 		if err != nil {
 			return
 		}
-		var key string
-		var seq int
-		fmt.Sscanf(string(m.Payload), "%s %d", &key, &seq)
-		l.received(delivery{consumer: cons.Name(), key: m.Key, seq: seq, offset: m.ID.Offset, count: m.RedeliveryCount})
+		l.Received(checker.Delivery{Consumer: cons.Name(), Key: m.Key, Seq: seqOf(m), Offset: m.ID.Offset, Redelivery: m.RedeliveryCount})
 		if hold != nil && hold(m) {
 			continue
 		}
-		l.acking(cons.Name(), m.Key)
+		l.Released(cons.Name(), m.Key)
 		cons.Ack(ctx, m)
 	}
+}
+
+// seqOf returns a message's place in its key's send order: payloads are
+// "KEY SEQ".
+func seqOf(m *client.Message) int {
+	var key string
+	var seq int
+	fmt.Sscanf(string(m.Payload), "%s %d", &key, &seq)
+	return seq
+}
+
+// perKey is what a check expects: n messages for each key.
+func perKey(keys []string, n int) map[string]int {
+	out := make(map[string]int, len(keys))
+	for _, k := range keys {
+		out[k] = n
+	}
+	return out
 }
 
 // produceKeys sends perKey messages for each of keys, round robin over the
@@ -205,7 +133,7 @@ func TestKeySharedSpreadsKeysInOrder(t *testing.T) {
 	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	l := newKeyLog(t)
+	l := checker.NewKeyHistory()
 	rctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	names := []string{"c1", "c2", "c3"}
@@ -223,18 +151,20 @@ func TestKeySharedSpreadsKeysInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := keyNames(300)
-	const perKey = 10
-	produceKeys(ctx, t, p, keys, 0, perKey)
-	waitFor(t, ctx, "every message", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) >= len(keys)*perKey })
+	const each = 10
+	produceKeys(ctx, t, p, keys, 0, each)
+	waitFor(t, ctx, "every message", func() bool { return l.Len() >= len(keys)*each })
 	stop()
 	wg.Wait()
-	l.checkOrder(perKey)
+	if err := l.CheckOrder(perKey(keys, each)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CheckSticky(); err != nil {
+		t.Fatal(err)
+	}
 	ring := subscription.NewAutoSplit(names)
 	perConsumer := map[string]int{}
-	for key, who := range l.owners() {
-		if len(who) != 1 {
-			t.Fatalf("key %s went to %v", key, who)
-		}
+	for key, who := range l.Owners() {
 		if want := ring.Owner(subscription.Slot(key)); who[0] != want {
 			t.Fatalf("key %s went to %s, the ring owner is %s", key, who[0], want)
 		}
@@ -273,7 +203,7 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 	if len(moving) == 0 || len(moving) == len(keys) {
 		t.Fatalf("%d of %d keys move: the test needs some of each", len(moving), len(keys))
 	}
-	l := newKeyLog(t)
+	l := checker.NewKeyHistory()
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -314,30 +244,25 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceKeys(ctx, t, p, keys, 0, 1)
-	waitFor(t, ctx, "the first round", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) == len(keys) })
+	waitFor(t, ctx, "the first round", func() bool { return l.Len() == len(keys) })
 	subscribe("c4")
 	produceKeys(ctx, t, p, keys, 1, 3)
 	// Every key that stays gets its new messages while the moved keys'
 	// first messages are still unacked.
 	waitFor(t, ctx, "the keys that stay", func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
 		got := 0
-		for _, d := range l.all {
-			if !moving[d.key] && d.seq > 0 {
+		for _, d := range l.Deliveries() {
+			if !moving[d.Key] && d.Seq > 0 {
 				got++
 			}
 		}
 		return got == 2*(len(keys)-len(moving))
 	})
-	l.mu.Lock()
-	for _, d := range l.all {
-		if moving[d.key] && d.seq > 0 {
-			l.mu.Unlock()
-			t.Fatalf("moved key %s delivered (message %d to %s) while its first message was unacked", d.key, d.seq, d.consumer)
+	for _, d := range l.Deliveries() {
+		if moving[d.Key] && d.Seq > 0 {
+			t.Fatalf("moved key %s delivered (message %d to %s) while its first message was unacked", d.Key, d.Seq, d.Consumer)
 		}
 	}
-	l.mu.Unlock()
 	si := describeSub(ctx, t, c, stream, "ks")
 	if len(si.DrainingKeys) == 0 {
 		t.Fatalf("describe shows no draining keys while %d keys wait: %+v", len(moving), si)
@@ -347,23 +272,23 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 	heldMu.Lock()
 	for name, ms := range held {
 		for _, m := range ms {
-			l.acking(name, m.Key)
+			l.Released(name, m.Key)
 			if err := consumers[name].Ack(ctx, m); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	heldMu.Unlock()
-	waitFor(t, ctx, "every message", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) >= 3*len(keys) })
+	waitFor(t, ctx, "every message", func() bool { return l.Len() >= 3*len(keys) })
 	stop()
 	wg.Wait()
-	l.checkOrder(3)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, d := range l.all {
-		if d.seq > 0 {
-			if want := after.Owner(subscription.Slot(d.key)); d.consumer != want {
-				t.Fatalf("key %s message %d went to %s after the join, its owner is %s", d.key, d.seq, d.consumer, want)
+	if err := l.CheckOrder(perKey(keys, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range l.Deliveries() {
+		if d.Seq > 0 {
+			if want := after.Owner(subscription.Slot(d.Key)); d.Consumer != want {
+				t.Fatalf("key %s message %d went to %s after the join, its owner is %s", d.Key, d.Seq, d.Consumer, want)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fabriq-io/fabriq/broker"
 	"github.com/fabriq-io/fabriq/client"
 	"github.com/fabriq-io/fabriq/subscription"
+	"github.com/fabriq-io/fabriq/tests/checker"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -201,7 +202,7 @@ func TestKeySharedLookAheadIsBounded(t *testing.T) {
 	const stream = "persistent://acme/prod/lookahead"
 	createStream(ctx, t, c, stream, 1)
 	names := []string{"slow", "fast"}
-	l := newKeyLog(t)
+	l := checker.NewKeyHistory()
 	slow, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Type: client.KeyShared, Name: "slow", ReceiverQueueSize: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -221,8 +222,8 @@ func TestKeySharedLookAheadIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := keyNames(20)
-	const perKey = 20
-	produceKeys(ctx, t, p, keys, 0, perKey)
+	const each = 20
+	produceKeys(ctx, t, p, keys, 0, each)
 	// slow took one message and has no permits: its keys are blocked, and
 	// the broker stops reading once 30 messages wait.
 	waitFor(t, ctx, "the look-ahead to fill", func() bool { return describeSub(ctx, t, c, stream, "s").LookAhead == 30 })
@@ -230,21 +231,21 @@ func TestKeySharedLookAheadIsBounded(t *testing.T) {
 	fastTotal := 0
 	for _, k := range keys {
 		if ring.Owner(subscription.Slot(k)) == "fast" {
-			fastTotal += perKey
+			fastTotal += each
 		}
 	}
-	l.mu.Lock()
-	got := len(l.all)
-	l.mu.Unlock()
+	got := l.Len()
 	if got >= fastTotal {
 		t.Fatalf("fast received all its %d messages: the read did not stop at the look-ahead limit", got)
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); consumeKeys(rctx, slow, l, nil) }()
-	waitFor(t, ctx, "every message", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.all) >= len(keys)*perKey })
+	waitFor(t, ctx, "every message", func() bool { return l.Len() >= len(keys)*each })
 	stop()
 	wg.Wait()
-	l.checkOrder(perKey)
+	if err := l.CheckOrder(perKey(keys, each)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // roleEvents records a failover consumer's role changes (FO-6).

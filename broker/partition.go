@@ -594,8 +594,12 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 			}
 			return nil, err
 		}
-		p.setJoining(r.sub, c.name, 1)
-		defer p.setJoining(r.sub, c.name, -1)
+		// A newcomer is on its way in, not away, until it is attached; a
+		// returning member keeps its role meanwhile (SUB-7).
+		if ms, _, _, _, _ := p.fsm.members(r.sub); !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name }) {
+			p.setJoining(r.sub, c.name, 1)
+			defer p.setJoining(r.sub, c.name, -1)
+		}
 		res, err := p.apply(ctx, entryJoin, joinEntry{
 			Sub: r.sub, Mode: r.mode, Initial: r.initial, KeyMode: keyMode, OutOfOrder: outOfOrder,
 			Member: memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges},

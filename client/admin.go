@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -82,7 +83,10 @@ func (c *Client) ListStreams(ctx context.Context, fabric string) ([]string, erro
 	return r.Streams, nil
 }
 
-// DescribeStream describes a stream.
+// DescribeStream describes a stream. Each partition is described by its
+// leader, which alone knows the consumers' roles and unacked counts; a
+// partition whose leader cannot be reached is described by the node that
+// answered first, from its replica (roles there show as "away").
 func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo, error) {
 	if _, err := geofabric.ParseStream(stream); err != nil {
 		return StreamInfo{}, err
@@ -97,7 +101,37 @@ func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo,
 	if !ok {
 		return StreamInfo{}, fmt.Errorf("client: unexpected answer %T to describe stream", res)
 	}
-	return r.Info, nil
+	info := r.Info
+	st, _ := geofabric.ParseStream(info.Stream)
+	for i := range info.Partitions {
+		pi := &info.Partitions[i]
+		if p, ok := c.describeAtLeader(ctx, st.Partition(int(pi.Partition), len(info.Partitions)).String(), stream, pi.Partition); ok {
+			*pi = p
+		}
+	}
+	return info, nil
+}
+
+// describeLeaderWait bounds the wait for one partition's leader.
+const describeLeaderWait = 5 * time.Second
+
+// describeAtLeader asks a partition's leader to describe it.
+func (c *Client) describeAtLeader(ctx context.Context, partition, stream string, index int32) (transport.PartitionInfo, bool) {
+	ctx, cancel := context.WithTimeout(ctx, describeLeaderWait)
+	defer cancel()
+	x, err := c.lookup(ctx, partition)
+	if err != nil {
+		return transport.PartitionInfo{}, false
+	}
+	res, err := x.request(ctx, &transport.DescribeStream{RequestID: c.requestID(), Stream: stream, Partition: &index})
+	if err != nil {
+		return transport.PartitionInfo{}, false
+	}
+	r, ok := res.(*transport.DescribeStreamResult)
+	if !ok || len(r.Info.Partitions) != 1 {
+		return transport.PartitionInfo{}, false
+	}
+	return r.Info.Partitions[0], true
 }
 
 // ClusterInfo is the cluster as one node sees it.

@@ -51,6 +51,9 @@ type Options struct {
 	MaxFrameSize int
 	// Logger receives the client's logs. Nil discards them.
 	Logger *slog.Logger
+	// Dial opens the TCP connections to nodes (a proxy, a VPN dialer);
+	// default a plain net.Dialer.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Client is a connection to a fabriq cluster. It is safe for concurrent
@@ -248,8 +251,12 @@ func retryable(err error) bool {
 		return true
 	}
 	var ne net.Error
-	return errors.Is(err, errConnLost) || errors.As(err, &ne)
+	return errors.Is(err, errConnLost) || errors.Is(err, errUnreachable) || errors.As(err, &ne)
 }
+
+// errUnreachable marks a failed dial, whatever the dialer returned: the
+// node may come back.
+var errUnreachable = errors.New("node unreachable")
 
 // backoff waits before retry attempt n (from 0), or returns ctx's error:
 // 25ms doubling up to 250ms, so that a client finds a new leader within a

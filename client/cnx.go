@@ -40,10 +40,16 @@ type cnx struct {
 func dial(ctx context.Context, c *Client, addr string) (*cnx, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	var nc net.Conn
+	var err error
+	if c.opts.Dial != nil {
+		nc, err = c.opts.Dial(ctx, addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("client: dial %s: %w: %w", addr, errUnreachable, err)
 	}
 	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: c.opts.MaxFrameSize, Logger: c.logger})
 	if err != nil {

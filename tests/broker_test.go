@@ -88,7 +88,9 @@ func TestKillRestart(t *testing.T) {
 	if err := c.CreateStream(ctx, stream, 2, 1); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true})
+	// Named: the same consumer comes back after the crash (another one
+	// would wait out the reconnect grace, SUB-7).
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "crash-reader", SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func TestKillRestart(t *testing.T) {
 
 	n2 := startNode(t, "n1", dir)
 	c2 := newClient(t, n2.url())
-	cons2, err := c2.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s"})
+	cons2, err := c2.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "crash-reader"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -332,10 +332,13 @@ type ListStreamsResult struct {
 	Streams   []string `msgpack:"s"`
 }
 
-// DescribeStream asks for a stream's partitions and subscriptions.
+// DescribeStream asks for a stream's partitions and subscriptions. With
+// Partition set, only that partition is described, by its leader (others
+// answer NotLeader): consumer roles and unacked counts live there.
 type DescribeStream struct {
 	RequestID uint64 `msgpack:"r"`
 	Stream    string `msgpack:"s"`
+	Partition *int32 `msgpack:"p,omitempty"`
 }
 
 // DescribeStreamResult answers DescribeStream.

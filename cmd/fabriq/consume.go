@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -49,9 +50,9 @@ func parsePosition(s string) (client.InitialPosition, error) {
 }
 
 func (a *app) consumeCommand() *cobra.Command {
-	var sub, typ, name, position string
-	var count int
-	var asJSON bool
+	var sub, typ, name, position, ranges string
+	var count, priority int
+	var asJSON, outOfOrder bool
 	cmd := &cobra.Command{
 		Use:   "consume STREAM",
 		Short: "Receive messages from a stream's subscription",
@@ -77,13 +78,29 @@ messages (0: until interrupted) or on SIGINT/SIGTERM, closing cleanly.`,
 			if count < 0 {
 				return fmt.Errorf("-n must not be negative, not %d", count)
 			}
-			return a.consume(cmd.Context(), client.ConsumerOptions{
+			opts := client.ConsumerOptions{
 				Stream:                      args[0],
 				Subscription:                sub,
 				Type:                        t,
 				Name:                        name,
 				SubscriptionInitialPosition: pos,
-			}, count, asJSON)
+				PriorityLevel:               priority,
+			}
+			if ranges != "" || outOfOrder {
+				if t != client.KeyShared {
+					return errors.New("--hash-ranges and --allow-out-of-order are for -t key_shared")
+				}
+				policy := &client.KeySharedPolicy{AllowOutOfOrderDelivery: outOfOrder}
+				if ranges != "" {
+					rs, err := parseRanges(ranges)
+					if err != nil {
+						return err
+					}
+					policy.Mode, policy.Ranges = client.KeySharedSticky, rs
+				}
+				opts.KeySharedPolicy = policy
+			}
+			return a.consume(cmd.Context(), opts, count, asJSON)
 		},
 	}
 	cmd.Flags().StringVarP(&sub, "subscription", "s", "", "subscription name (required)")
@@ -92,7 +109,23 @@ messages (0: until interrupted) or on SIGINT/SIGTERM, closing cleanly.`,
 	cmd.Flags().IntVarP(&count, "num", "n", 0, "stop after this many messages (0: until interrupted)")
 	cmd.Flags().StringVar(&position, "initial-position", "latest", "where a new subscription starts: earliest or latest")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON line per message")
+	cmd.Flags().IntVar(&priority, "priority", 0, "priority level for shared and failover (0 is served first)")
+	cmd.Flags().StringVar(&ranges, "hash-ranges", "", "key_shared sticky: the key hash ranges this consumer takes, START-END[,START-END...] within 0-65535")
+	cmd.Flags().BoolVar(&outOfOrder, "allow-out-of-order", false, "key_shared: let a key move to a new consumer before the old one acked it")
 	return cmd
+}
+
+// parseRanges parses START-END[,START-END...].
+func parseRanges(s string) ([]client.HashRange, error) {
+	var out []client.HashRange
+	for _, part := range strings.Split(s, ",") {
+		var r client.HashRange
+		if _, err := fmt.Sscanf(part, "%d-%d", &r.Start, &r.End); err != nil || r.Start < 0 || r.End > 65535 || r.Start > r.End {
+			return nil, fmt.Errorf("--hash-ranges: %q is not START-END within 0-65535", part)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func (a *app) consume(ctx context.Context, opts client.ConsumerOptions, count int, asJSON bool) error {

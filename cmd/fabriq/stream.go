@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 func (a *app) streamCommand() *cobra.Command {
@@ -77,8 +78,13 @@ func (a *app) streamCommand() *cobra.Command {
 {"stream": S, "replicas": R,
  "partitions": [{"partition": 0, "leader": NODE_ID, "replicas": [NODE_ID, ...],
                  "start_offset": N, "next_offset": N, "subscriptions": [...]}, ...],
- "subscriptions": [{"name": ..., "mode": ..., "backlog": N, "consumers": [...]}, ...]}
-where the top-level subscriptions sum each subscription over the partitions.`,
+ "subscriptions": [{"name": ..., "mode": ..., "backlog": N, "blocked": B, "look_ahead": N,
+                    "draining_keys": [...], "consumers": [...]}, ...]}
+where the top-level subscriptions sum each subscription over the partitions.
+Each consumer shows its partition, its role (exclusive: active; failover:
+master or standby; away: kept for a consumer that has not reconnected after
+a leader change), its unacked count, whether it is blocked by the unacked
+limit, and for key_shared its hash ranges (sticky) or hash share.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var info client.StreamInfo
@@ -102,6 +108,19 @@ where the top-level subscriptions sum each subscription over the partitions.`,
 			}
 			for _, s := range d.Subscriptions {
 				fmt.Fprintf(a.stdout, "  subscription %s (%s): backlog %d, %d consumer(s)\n", s.Name, s.Mode, s.Backlog, len(s.Consumers))
+				for _, c := range s.Consumers {
+					fmt.Fprintf(a.stdout, "    consumer %s on partition %d: %s, %d unacked", c.Name, c.Partition, orNone(c.Role), c.Unacked)
+					if c.HashShare > 0 {
+						fmt.Fprintf(a.stdout, ", %.1f%% of key hashes", 100*c.HashShare)
+					}
+					if c.Blocked {
+						fmt.Fprint(a.stdout, ", blocked")
+					}
+					fmt.Fprintln(a.stdout)
+				}
+				if len(s.DrainingKeys) > 0 {
+					fmt.Fprintf(a.stdout, "    keys waiting for a hand-over: %v\n", s.DrainingKeys)
+				}
 			}
 			return nil
 		},
@@ -126,17 +145,23 @@ type streamDescription struct {
 }
 
 type subscriptionTotal struct {
-	Name      string            `json:"name"`
-	Mode      string            `json:"mode"`
-	Backlog   uint64            `json:"backlog"`
-	Consumers []consumerSummary `json:"consumers"`
+	Name         string            `json:"name"`
+	Mode         string            `json:"mode"`
+	Backlog      uint64            `json:"backlog"`
+	Blocked      bool              `json:"blocked"`
+	LookAhead    int64             `json:"look_ahead"`
+	DrainingKeys []string          `json:"draining_keys"`
+	Consumers    []consumerSummary `json:"consumers"`
 }
 
 type consumerSummary struct {
-	Name      string `json:"name"`
-	Partition int32  `json:"partition"`
-	Role      string `json:"role,omitempty"`
-	Unacked   int64  `json:"unacked"`
+	Name       string                `json:"name"`
+	Partition  int32                 `json:"partition"`
+	Role       string                `json:"role,omitempty"`
+	Unacked    int64                 `json:"unacked"`
+	Blocked    bool                  `json:"blocked"`
+	HashRanges []transport.HashRange `json:"hash_ranges,omitempty"`
+	HashShare  float64               `json:"hash_share,omitempty"`
 }
 
 func describeOutput(info client.StreamInfo) streamDescription {
@@ -145,12 +170,16 @@ func describeOutput(info client.StreamInfo) streamDescription {
 		for _, s := range p.Subscriptions {
 			t := byName[s.Name]
 			if t == nil {
-				t = &subscriptionTotal{Name: s.Name, Mode: s.Mode, Consumers: []consumerSummary{}}
+				t = &subscriptionTotal{Name: s.Name, Mode: s.Mode, DrainingKeys: []string{}, Consumers: []consumerSummary{}}
 				byName[s.Name] = t
 			}
 			t.Backlog += s.Backlog
+			t.Blocked = t.Blocked || s.Blocked
+			t.LookAhead += s.LookAhead
+			t.DrainingKeys = append(t.DrainingKeys, s.DrainingKeys...)
 			for _, c := range s.Consumers {
-				t.Consumers = append(t.Consumers, consumerSummary{Name: c.Name, Partition: p.Partition, Role: c.Role, Unacked: c.Unacked})
+				t.Consumers = append(t.Consumers, consumerSummary{Name: c.Name, Partition: p.Partition, Role: c.Role, Unacked: c.Unacked,
+					Blocked: c.Blocked, HashRanges: c.HashRanges, HashShare: c.HashShare})
 			}
 		}
 	}
