@@ -46,6 +46,8 @@ func newClient(t *testing.T, n *broker.Node) *client.Client {
 	return c
 }
 
+// EX-4: one exclusive consumer holds every partition of a partitioned
+// stream; MSG-1: per partition, ids order by offset.
 func TestProduceConsume(t *testing.T) {
 	n := startNode(t, t.TempDir())
 	c := newClient(t, n)
@@ -381,9 +383,9 @@ func TestSharedSubscription(t *testing.T) {
 	}
 }
 
-// FO-3: consumers b, a, c on four partitions: masters a, b, c, a; when a
-// master leaves, the next in line gets its partition from the first
-// unacknowledged message (FO-5).
+// FO-1, FO-3: consumers b, a, c on four partitions: one master each, a, b,
+// c, a, the others standing by; when a master leaves, the next in line
+// gets its partition from the first unacknowledged message (FO-5).
 func TestFailoverSubscription(t *testing.T) {
 	n := startNode(t, t.TempDir())
 	c := newClient(t, n)

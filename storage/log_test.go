@@ -628,6 +628,9 @@ func TestOffsetForTime(t *testing.T) {
 	}
 }
 
+// Retention by age and size; never at or above the floor. CUR-6 rests on
+// the floor: a broker that applies retention gives it the oldest unacked
+// offset of all subscriptions (the broker applies no retention yet).
 func TestRetention(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	build := func(t *testing.T, cfg Config) (*Log, []Message) {

@@ -252,7 +252,7 @@ func TestBadInputLeavesNodeServing(t *testing.T) {
 		}, transport.CodeStreamNotFound},
 		{"bad stream name", func() error { return c.CreateStream(ctx, "persistent://acme/prod/s-partition-3", 1, 1) }, 0},
 		{"too many replicas", func() error { return c.CreateStream(ctx, "persistent://acme/prod/r3", 1, 3) }, transport.CodeInvalidArgument},
-		{"too large message", func() error {
+		{"too large message (MSG-6)", func() error {
 			_, err := p.Send(ctx, &client.ProducerMessage{Payload: make([]byte, 5<<20+1)})
 			return err
 		}, transport.CodeTooLarge},
