@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fabriq-io/fabriq/storage"
@@ -61,6 +62,7 @@ type consumer struct {
 	unacked int
 	blocked bool // SH-4: too many unacked; no delivery until half is acked
 	active  bool // failover: this consumer was last told it is active
+	told    bool // failover: it was told its role at least once
 	// since is when the consumer attached here (FO-8).
 	since time.Time
 }
@@ -142,6 +144,11 @@ type dispatcher struct {
 	ring   *subscription.AutoSplit
 	ringOf string
 
+	// stalled is set by a key_shared pass that could neither send nor
+	// read on: new messages alone cannot change that (KS-9 keeps a stuck
+	// key from burning CPU).
+	stalled atomic.Bool
+
 	wake chan struct{}
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -184,8 +191,16 @@ func (d *dispatcher) close() {
 	d.mu.Unlock()
 }
 
+// notifyData wakes the loop for new messages, unless it is stalled.
+func (d *dispatcher) notifyData() {
+	if !d.stalled.Load() {
+		d.notify()
+	}
+}
+
 // notify wakes the loop without blocking.
 func (d *dispatcher) notify() {
+	d.stalled.Store(false)
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -221,6 +236,17 @@ func (d *dispatcher) add(c *consumer) error {
 	if d.mode == transport.Failover || d.mode == transport.KeyShared {
 		if slices.ContainsFunc(d.consumers, func(o *consumer) bool { return o.name == c.name }) {
 			return wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, c.name)
+		}
+	}
+	if d.mode == transport.KeyShared && d.keyMode == transport.Sticky {
+		// Checked again here: two joins may have passed the check
+		// together (KS-4).
+		st := subscription.NewSticky()
+		for _, o := range d.consumers {
+			_ = st.Add(o.name, toRanges(o.ranges))
+		}
+		if err := st.Add(c.name, toRanges(c.ranges)); err != nil {
+			return wireError(transport.CodeConsumerAssignError, "%v", err)
 		}
 	}
 	first := len(d.consumers) == 0
@@ -332,6 +358,7 @@ func (d *dispatcher) electLocked(r *roles) {
 	if d.mode != transport.Failover {
 		return
 	}
+	defer d.tellStandbys()
 	m := r.connected[d.masterName(r)]
 	if w := d.p.cfg.FailoverStabilityWindow; w > 0 && m != nil && m != d.current && d.current != nil &&
 		slices.Contains(d.consumers, d.current) && time.Since(m.since) < w {
@@ -372,9 +399,20 @@ func (d *dispatcher) electLocked(r *roles) {
 	}
 	d.current = m
 	if m != nil {
-		m.active = true
+		m.active, m.told = true, true
 		m.out.activeChange(m.id, true)
 		d.rewind()
+	}
+}
+
+// tellStandbys tells consumers that have heard nothing yet that they stand
+// by (FO-6).
+func (d *dispatcher) tellStandbys() {
+	for _, c := range d.consumers {
+		if !c.told && !c.active {
+			c.told = true
+			c.out.activeChange(c.id, false)
+		}
 	}
 }
 
@@ -480,6 +518,7 @@ func (d *dispatcher) remove(c *consumer) (found, empty bool) {
 		if h.c == c {
 			d.unhold(off, h)
 			d.requeue(off, h.key)
+			d.countLocked(off)
 		}
 	}
 	d.sortResend()
@@ -539,6 +578,13 @@ func (d *dispatcher) requeue(off uint64, key string) {
 func (d *dispatcher) sortResend() {
 	slices.Sort(d.resend)
 	d.resend = slices.Compact(d.resend)
+}
+
+// attached reports whether a consumer is attached.
+func (d *dispatcher) attached(c *consumer) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Contains(d.consumers, c)
 }
 
 // named returns the attached consumer of that name, nil if none.
@@ -640,6 +686,7 @@ func (d *dispatcher) redeliver(c *consumer, offsets []uint64) {
 		if h, ok := d.pending[off]; ok && h.c == c {
 			d.unhold(off, h)
 			d.requeue(off, h.key)
+			d.countLocked(off)
 		}
 	}
 	d.sortResend()
@@ -697,17 +744,15 @@ func delivered(m storage.Message, count uint32) transport.Delivered {
 	}
 }
 
-// countLocked returns a message's redelivery count for this delivery; a
-// message taken off the resend list is counted once more.
-func (d *dispatcher) countLocked(off uint64, again bool) uint32 {
-	if !d.durable {
-		return 0
-	}
-	if again {
+// countLocked counts one more delivery of a message that went back to the
+// dispatcher unacknowledged (its consumer left, nacked it or timed out):
+// the count is raised when the delivery is lost, not when it is made
+// again, so it holds even when the dispatcher closes first (SH-7).
+func (d *dispatcher) countLocked(off uint64) {
+	if d.durable {
 		d.redelivered[off]++
 		d.counted = append(d.counted, off)
 	}
-	return d.redelivered[off]
 }
 
 // readTrimmed moves the read position past what retention removed.
@@ -744,11 +789,16 @@ func (d *dispatcher) dispatchOnce() bool {
 		if len(batch) == limit {
 			break
 		}
-		used = append(used, off)
 		msgs, err := d.p.log.Read(off, 1, maxPushBytes)
-		if err != nil || len(msgs) == 0 {
-			continue // trimmed by retention: nothing to resend
+		if errors.Is(err, storage.ErrTrimmed) {
+			used = append(used, off) // trimmed by retention: nothing to resend
+			continue
 		}
+		if err != nil || len(msgs) == 0 {
+			d.p.logger.Error("dispatcher read failed", "subscription", d.name, "offset", off, "err", err)
+			break // kept for the next pass
+		}
+		used = append(used, off)
 		batch = append(batch, msgs[0])
 	}
 	resent := len(batch)
@@ -769,7 +819,8 @@ func (d *dispatcher) dispatchOnce() bool {
 	}
 
 	d.mu.Lock()
-	if d.epoch != epoch || !slices.Contains(d.consumers, c) {
+	if d.epoch != epoch || !slices.Contains(d.consumers, c) ||
+		d.mode == transport.Failover && (d.current != c || !d.drainUntil.IsZero()) {
 		d.mu.Unlock()
 		return true // things moved while we read: start over
 	}
@@ -787,7 +838,7 @@ func (d *dispatcher) dispatchOnce() bool {
 			}
 			d.hold(m.Offset, c, "")
 		}
-		frame.Messages = append(frame.Messages, delivered(m, d.countLocked(m.Offset, i < resent)))
+		frame.Messages = append(frame.Messages, delivered(m, d.redelivered[m.Offset]))
 	}
 	d.readPos = next
 	c.permits -= int64(len(frame.Messages))
@@ -817,18 +868,25 @@ func (d *dispatcher) lookAheadLimit() int {
 	return min(d.p.cfg.LookAheadPerConsumer*max(len(d.consumers), 1), d.p.cfg.LookAheadPerSubscription)
 }
 
-// mergeAgain returns resend and skipped merged in offset order, each
-// marked with whether it is a redelivery.
-func (d *dispatcher) mergeAgain() ([]uint64, map[uint64]bool) {
-	again := make(map[uint64]bool, len(d.resend))
+// mergeAgain returns resend and skipped (each sorted) merged in offset
+// order.
+func (d *dispatcher) mergeAgain() []uint64 {
 	all := make([]uint64, 0, len(d.resend)+len(d.skipped))
-	for _, o := range d.resend {
-		again[o] = true
-		all = append(all, o)
+	i, j := 0, 0
+	for i < len(d.resend) || j < len(d.skipped) {
+		switch {
+		case j == len(d.skipped) || i < len(d.resend) && d.resend[i] < d.skipped[j]:
+			all = append(all, d.resend[i])
+			i++
+		case i == len(d.resend) || d.skipped[j] < d.resend[i]:
+			all = append(all, d.skipped[j])
+			j++
+		default: // on both: once
+			all = append(all, d.resend[i])
+			i, j = i+1, j+1
+		}
 	}
-	all = append(all, d.skipped...)
-	slices.Sort(all)
-	return slices.Compact(all), again
+	return all
 }
 
 // keyTarget returns the consumer a key goes to now, or nil if the key must
@@ -868,7 +926,7 @@ func (d *dispatcher) dispatchKeys() bool {
 	}
 	epoch, readPos := d.epoch, d.readPos
 	// Which of the waiting messages could go now: only those are read.
-	order, _ := d.mergeAgain()
+	order := d.mergeAgain()
 	var want []uint64
 	blocked := map[string]bool{}
 	plan := maps.Clone(room)
@@ -889,13 +947,26 @@ func (d *dispatcher) dispatchKeys() bool {
 		want = append(want, off)
 	}
 	lookAhead := d.lookAheadLimit() - len(d.skipped)
+	if len(want) == 0 && lookAhead <= 0 {
+		// Nothing waiting can go and nothing new may be read: sleep
+		// until an ack, permits or a membership change, not new data.
+		d.stalled.Store(true)
+		d.mu.Unlock()
+		return false
+	}
 	d.mu.Unlock()
 
 	data := make(map[uint64]storage.Message, len(want))
+	trimmed := map[uint64]bool{}
 	for _, off := range want {
 		msgs, err := d.p.log.Read(off, 1, maxPushBytes)
-		if err == nil && len(msgs) > 0 {
+		switch {
+		case err == nil && len(msgs) > 0:
 			data[off] = msgs[0]
+		case errors.Is(err, storage.ErrTrimmed):
+			trimmed[off] = true
+		default:
+			d.p.logger.Error("dispatcher read failed", "subscription", d.name, "offset", off, "err", err)
 		}
 	}
 	var fresh []storage.Message
@@ -922,7 +993,7 @@ func (d *dispatcher) dispatchKeys() bool {
 	clear(blocked)
 	progress := false
 	// deliver sends one message to its key's target, or blocks the key.
-	deliver := func(m storage.Message, key string, again bool) bool {
+	deliver := func(m storage.Message, key string) bool {
 		if blocked[key] {
 			return false
 		}
@@ -939,10 +1010,10 @@ func (d *dispatcher) dispatchKeys() bool {
 			f = &transport.Message{ConsumerID: c.id}
 			frames[c] = f
 		}
-		f.Messages = append(f.Messages, delivered(m, d.countLocked(m.Offset, again)))
+		f.Messages = append(f.Messages, delivered(m, d.redelivered[m.Offset]))
 		return true
 	}
-	order, again := d.mergeAgain()
+	order = d.mergeAgain()
 	var done []uint64
 	for _, off := range order {
 		key := d.keys[off]
@@ -952,14 +1023,14 @@ func (d *dispatcher) dispatchKeys() bool {
 		}
 		m, ok := data[off]
 		if !ok {
-			if _, wanted := slices.BinarySearch(want, off); wanted {
+			if trimmed[off] {
 				done = append(done, off) // trimmed by retention
 			} else {
 				blocked[key] = true // not read: its key waits this pass
 			}
 			continue
 		}
-		if deliver(m, key, again[off]) {
+		if deliver(m, key) {
 			done = append(done, off)
 		}
 	}
@@ -981,7 +1052,7 @@ func (d *dispatcher) dispatchKeys() bool {
 			progress = true
 			continue
 		}
-		if !deliver(m, key, false) {
+		if !deliver(m, key) {
 			if len(d.skipped) >= limit {
 				break // look-ahead is full (KS-9)
 			}

@@ -246,14 +246,15 @@ type fsm struct {
 	log     *storage.Log
 	snapDir string // where log snapshots are made, on the log's file system
 	// applied is called after each entry is applied, with the log's next
-	// offset, so the leader's dispatchers can wake up. It must not block.
-	applied func(next uint64)
+	// offset and whether the entry only added messages, so the leader's
+	// dispatchers can wake up. It must not block.
+	applied func(next uint64, data bool)
 
 	mu    sync.RWMutex
 	state fsmState
 }
 
-func newFSM(log *storage.Log, snapDir string, applied func(uint64)) *fsm {
+func newFSM(log *storage.Log, snapDir string, applied func(uint64, bool)) *fsm {
 	return &fsm{
 		log:     log,
 		snapDir: snapDir,
@@ -282,7 +283,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	// Told after the lock is released: the callback takes the
 	// partition's lock, which is taken before this one elsewhere.
 	if f.applied != nil {
-		f.applied(next)
+		f.applied(next, entryType(l.Data[0]) == entrySend)
 	}
 	return res
 }
@@ -739,7 +740,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.state = st
 	f.mu.Unlock()
 	if f.applied != nil {
-		f.applied(st.Next)
+		f.applied(st.Next, false)
 	}
 	return nil
 }

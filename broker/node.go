@@ -387,9 +387,9 @@ func (n *Node) openPartition(name string, replicas, initial []string) (*localPar
 	// Raft may apply entries (a restart replays them) before the
 	// partition exists: the callback finds it once it does.
 	var target atomic.Pointer[partition]
-	f := newFSM(log, snapDir, func(next uint64) {
+	f := newFSM(log, snapDir, func(next uint64, data bool) {
 		if p := target.Load(); p != nil {
-			p.onApplied(next)
+			p.onApplied(next, data)
 		}
 	})
 	pcfg := defaultPartitionConfig()

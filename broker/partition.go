@@ -126,8 +126,9 @@ type partition struct {
 	graceUntil atomic.Int64
 	// joining counts the consumers whose join is being committed, by
 	// subscription and name: they are not away, only on their way in.
-	joinMu  sync.Mutex
-	joining map[[2]string]int
+	joinMu    sync.Mutex
+	joining   map[[2]string]int
+	attaching map[[2]string]int // every join in progress, newcomer or not
 }
 
 func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g raftGroup, logger *slog.Logger, notLeader func() error) *partition {
@@ -146,6 +147,7 @@ func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g 
 		dispatchers: map[string]*dispatcher{},
 		owners:      map[string]*session{},
 		joining:     map[[2]string]int{},
+		attaching:   map[[2]string]int{},
 	}
 }
 
@@ -179,6 +181,11 @@ func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
 			// term): what the old term's leader held is stale.
 			if was && (!l.IsLeader || l.Term != term) {
 				p.logger.Info("leadership lost; closing consumers and producers")
+				// Not leading first: an attach in progress sees it and
+				// gives up instead of starting a dispatcher after this.
+				p.mu.Lock()
+				p.leading = false
+				p.mu.Unlock()
 				p.evictAll()
 			}
 			if l.IsLeader && (!was || l.Term != term) {
@@ -248,12 +255,17 @@ func (p *partition) wait() {
 	}
 }
 
-// onApplied wakes the dispatchers after the state machine applied entries.
-func (p *partition) onApplied(uint64) {
+// onApplied wakes the dispatchers after the state machine applied an
+// entry; data says it only added messages.
+func (p *partition) onApplied(_ uint64, data bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, d := range p.dispatchers {
-		d.notify()
+		if data {
+			d.notifyData()
+		} else {
+			d.notify()
+		}
 	}
 }
 
@@ -443,6 +455,9 @@ func (p *partition) ack(r *ackReq) {
 	}
 }
 
+// maxAckEntryOffsets bounds the offsets of one ack entry.
+const maxAckEntryOffsets = 256 << 10
+
 // ackLoop gathers acks for AckInterval and commits them as one entry.
 func (p *partition) ackLoop() {
 	defer p.wg.Done()
@@ -463,12 +478,16 @@ func (p *partition) ackLoop() {
 			}
 		}
 		reqs := []*ackReq{first}
+		offsets := len(first.offsets) + len(first.redelivered)
 		timer := time.NewTimer(p.cfg.AckInterval)
 	gather:
-		for len(reqs) < 10000 {
+		// An entry stays well under the log's limits: about 8 bytes per
+		// offset.
+		for len(reqs) < 10000 && offsets < maxAckEntryOffsets {
 			select {
 			case r := <-p.acks:
 				reqs = append(reqs, r)
+				offsets += len(r.offsets) + len(r.redelivered)
 			case <-timer.C:
 				break gather
 			case <-p.stop:
@@ -558,6 +577,9 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	if !p.group.IsLeader() {
 		return nil, p.notLeader()
 	}
+	p.mu.Lock()
+	term := p.term
+	p.mu.Unlock()
 	var keyMode transport.KeySharedMode
 	var outOfOrder bool
 	if r.mode == transport.KeyShared && r.keyShared != nil {
@@ -595,11 +617,12 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 			return nil, err
 		}
 		// A newcomer is on its way in, not away, until it is attached; a
-		// returning member keeps its role meanwhile (SUB-7).
-		if ms, _, _, _, _ := p.fsm.members(r.sub); !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name }) {
-			p.setJoining(r.sub, c.name, 1)
-			defer p.setJoining(r.sub, c.name, -1)
-		}
+		// returning member keeps its role meanwhile (SUB-7). Either way
+		// the sweep leaves it alone until it is attached.
+		ms, _, _, _, _ := p.fsm.members(r.sub)
+		newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
+		p.setJoining(r.sub, c.name, newcomer, 1)
+		defer p.setJoining(r.sub, c.name, newcomer, -1)
 		res, err := p.apply(ctx, entryJoin, joinEntry{
 			Sub: r.sub, Mode: r.mode, Initial: r.initial, KeyMode: keyMode, OutOfOrder: outOfOrder,
 			Member: memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges},
@@ -614,6 +637,11 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 		c.gen = jr.Gen
 	}
 	p.mu.Lock()
+	if !r.nonDurable && (!p.leading || p.term != term) {
+		// Leadership was lost while the join committed.
+		p.mu.Unlock()
+		return nil, p.notLeader()
+	}
 	d := p.dispatchers[r.sub]
 	if d != nil && d.consumerCount() > 0 && (d.mode != r.mode || d.durable == r.nonDurable) {
 		p.mu.Unlock()
@@ -651,21 +679,35 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	return d, nil
 }
 
-// setJoining counts a join in progress up or down.
-func (p *partition) setJoining(sub, name string, delta int) {
+// setJoining counts a join in progress up or down; newcomer says the
+// name was not a member when it began.
+func (p *partition) setJoining(sub, name string, newcomer bool, delta int) {
 	p.joinMu.Lock()
 	defer p.joinMu.Unlock()
 	k := [2]string{sub, name}
-	if p.joining[k] += delta; p.joining[k] <= 0 {
-		delete(p.joining, k)
+	count := func(m map[[2]string]int) {
+		if m[k] += delta; m[k] <= 0 {
+			delete(m, k)
+		}
+	}
+	count(p.attaching)
+	if newcomer {
+		count(p.joining)
 	}
 }
 
-// isJoining reports whether a consumer's join is in progress.
+// isJoining reports whether a newcomer's join is in progress.
 func (p *partition) isJoining(sub, name string) bool {
 	p.joinMu.Lock()
 	defer p.joinMu.Unlock()
 	return p.joining[[2]string{sub, name}] > 0
+}
+
+// isAttaching reports whether any join of that name is in progress.
+func (p *partition) isAttaching(sub, name string) bool {
+	p.joinMu.Lock()
+	defer p.joinMu.Unlock()
+	return p.attaching[[2]string{sub, name}] > 0
 }
 
 // inGrace reports whether this leadership's reconnect grace runs.
@@ -761,6 +803,10 @@ func (p *partition) detach(sub string, c *consumer) {
 		return
 	}
 	found, empty := d.remove(c)
+	d.mu.Lock()
+	counted := d.takeCounted()
+	d.mu.Unlock()
+	d.flushCounted(counted)
 	if found && d.durable && c.gen != 0 && d.named(c.name) == nil {
 		m := memberState{Name: c.name, Gen: c.gen}
 		if d.mode == transport.Shared {
@@ -828,7 +874,7 @@ func (p *partition) sweepLoop() {
 					names = d.connectedNames()
 				}
 				for _, m := range ms {
-					if names[m.Name] {
+					if names[m.Name] || p.isAttaching(sub, m.Name) {
 						continue
 					}
 					k := [2]string{sub, m.Name}
@@ -848,7 +894,7 @@ func (p *partition) sweepLoop() {
 			}
 			away, last = seen, now
 			// Roles kept for away members lapse when the grace ends.
-			p.onApplied(0)
+			p.onApplied(0, false)
 			for sub, ms := range gone {
 				p.logger.Info("consumers did not come back within the reconnect grace; their roles move on", "subscription", sub, "consumers", len(ms))
 				p.leave(sub, ms...)

@@ -197,3 +197,50 @@ func TestExclusiveAcksAndReceiptOrder(t *testing.T) {
 		t.Fatalf("backlog %d after an individual and a cumulative ack", b)
 	}
 }
+
+// SH-7: a consumer that goes away with a message unacked (it crashed on
+// it) counts as a delivery: after MaxDeliveries such losses the message
+// goes to the dead-letter stream, even though every consumer was the
+// subscription's only one and its dispatcher closed each time.
+func TestCrashingConsumersReachDeadLetter(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/crashy"
+	createStream(ctx, t, c, stream, 1)
+	opts := client.ConsumerOptions{Stream: stream, Subscription: "work", Type: client.Shared, DLQ: &client.DLQPolicy{MaxDeliveries: 3}}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Subscribe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := send(ctx, t, p, "", "poison")
+	cons := first
+	for want := range uint32(3) {
+		m := receive(ctx, t, cons)
+		if m.ID != id || m.RedeliveryCount != want {
+			t.Fatalf("delivery %d: %v count %d", want+1, m.ID, m.RedeliveryCount)
+		}
+		cons.Close() // "crashes" holding it
+		if cons, err = c.Subscribe(ctx, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer cons.Close()
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go cons.Receive(rctx) // the 4th delivery goes to the dead-letter stream
+	var dlq *client.Consumer
+	waitFor(t, ctx, "the dead-letter stream", func() bool {
+		dlq, err = c.Subscribe(ctx, client.ConsumerOptions{Stream: stream + "-work-DLQ", Subscription: "inspect", SubscriptionInitialPosition: client.Earliest})
+		return err == nil
+	})
+	defer dlq.Close()
+	if m := receive(ctx, t, dlq); string(m.Payload) != "poison" {
+		t.Fatalf("dead letter %q", m.Payload)
+	}
+}

@@ -41,7 +41,8 @@ type session struct {
 	msgs chan transport.Command
 	done chan struct{}
 	// pong is signalled when the client answers a Ping.
-	pong chan struct{}
+	pong    chan struct{}
+	probeMu sync.Mutex
 	// ctx ends when the session closes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -123,13 +124,42 @@ func (s *session) serve() {
 		defer s.wg.Done()
 		s.conn.KeepAlive(s.ctx, 0)
 	}()
-	for {
-		cmd, err := s.conn.Receive()
-		if err != nil {
-			s.failFrame(err)
-			return
+	// One goroutine reads, another handles: a Pong is seen even while a
+	// command waits (a subscribe probing another client, EX-2), so two
+	// clients probing each other both answer.
+	frames := make(chan transport.Command, 64)
+	readErr := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(frames)
+		for {
+			cmd, err := s.conn.Receive()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if _, ok := cmd.(*transport.Pong); ok {
+				select {
+				case s.pong <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			select {
+			case frames <- cmd:
+			case <-s.done:
+				return
+			}
 		}
+	}()
+	for cmd := range frames {
 		s.handle(cmd)
+	}
+	select {
+	case err := <-readErr:
+		s.failFrame(err)
+	default:
 	}
 }
 
@@ -212,8 +242,11 @@ func (s *session) evictConsumer(id uint64) {
 	}
 }
 
-// probe pings the client and waits for its Pong.
+// probe pings the client and waits for its Pong. Probes of one session
+// take turns, so that each waits for the answer to its own ping.
 func (s *session) probe(timeout time.Duration) bool {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
 	select {
 	case <-s.pong: // an old answer
 	default:
@@ -556,6 +589,11 @@ func (s *session) subscribe(c *transport.Subscribe) {
 	s.consumers[c.ConsumerID] = &sessConsumer{c: cons, sub: c.Subscription, p: lp, d: d}
 	s.mu.Unlock()
 	s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: name})
+	if !d.attached(cons) {
+		// Evicted (leadership lost) before the session knew it: tell the
+		// client, which attaches again.
+		s.evictConsumer(c.ConsumerID)
+	}
 }
 
 func (s *session) consumer(id uint64) *sessConsumer {

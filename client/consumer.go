@@ -497,6 +497,11 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 		x.removeConsumer(id)
 		return err
 	}
+	if x.consumer(id) != pc {
+		// The broker closed it while the subscribe was answered (its
+		// partition moved): attach again.
+		return errConnLost
+	}
 	pc.mu.Lock()
 	if pc.closed {
 		pc.mu.Unlock()

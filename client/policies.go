@@ -249,6 +249,9 @@ func (cons *Consumer) deadLetter(ctx context.Context, m *Message) error {
 func (cons *Consumer) dlqProducer(ctx context.Context) (*Producer, error) {
 	cons.dlqMu.Lock()
 	defer cons.dlqMu.Unlock()
+	if cons.closing.Load() {
+		return nil, ErrClosed
+	}
 	if cons.dlq != nil {
 		return cons.dlq, nil
 	}
