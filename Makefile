@@ -8,11 +8,16 @@ BENCHTIME ?= 1s
 FUZZTIME  ?= 30s
 # Size of the large log the storage read, open and snapshot benchmarks build.
 BENCH_LOG_BYTES ?= 1073741824
+# The chaos suite: how long faults run, the plan's seed (0: random, printed),
+# where run directories (history, plan, node logs, summary) go.
+CHAOS_TIME ?= 20m
+CHAOS_SEED ?= 0
+CHAOS_OUT  ?= $(CURDIR)/chaos-runs
 
-.PHONY: help build test lint bench fuzz run clean
+.PHONY: help build test lint bench fuzz chaos chaos-short run clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/fabriqd and bin/fabriq
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/fabriqd ./cmd/fabriq
@@ -24,10 +29,20 @@ lint: ## gofmt, go vet and staticcheck (pinned in go.mod)
 	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
 	if [ -n "$$files" ]; then echo "gofmt would change:"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags chaos ./tests/chaos
 	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck -tags chaos ./tests/chaos
 
 bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
 	FABRIQ_BENCH_LOG_BYTES=$(BENCH_LOG_BYTES) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
+
+chaos: ## the chaos suite on 5 fabriqd processes for CHAOS_TIME (CHAOS_SEED replays a plan)
+	@mkdir -p $(CHAOS_OUT)
+	$(GO) test -tags chaos -count=1 -timeout 90m -run TestChaos -v ./tests/chaos \
+		-args -chaos.time $(CHAOS_TIME) -chaos.seed $(CHAOS_SEED) -chaos.out $(CHAOS_OUT)
+
+chaos-short: ## a 2-minute chaos run (part of CI)
+	$(MAKE) chaos CHAOS_TIME=2m
 
 fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./storage

@@ -1,0 +1,205 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/client"
+)
+
+var (
+	runTime  = flag.Duration("chaos.time", 2*time.Minute, "how long faults are injected")
+	runSeed  = flag.Uint64("chaos.seed", 0, "seed of the fault plan (0: random, printed)")
+	runNodes = flag.Int("chaos.nodes", 5, "fabriqd processes")
+	runOut   = flag.String("chaos.out", "", "directory for run directories (default: the system's temporary directory)")
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "fabriq-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/fabriq-io/fabriq/cmd/fabriqd")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building fabriqd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "fabriqd")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// summary is what a run reports.
+type summary struct {
+	Valid    bool           `json:"valid"`
+	Seed     uint64         `json:"seed"`
+	Nodes    int            `json:"nodes"`
+	Duration string         `json:"duration"`
+	Faults   int            `json:"faults_injected"`
+	Network  string         `json:"network"`
+	Queue    QueueResult    `json:"queue_shared"`
+	KeyQueue QueueResult    `json:"queue_key_shared"`
+	KeyOrder KeyOrderResult `json:"key_order"`
+}
+
+// TestChaos runs two workloads — a shared queue and a key_shared keyed
+// stream, each over 2 partitions with 3 replicas — on a 5-node cluster
+// while a seeded plan kills, pauses and restarts nodes; then heals,
+// drains and checks the history.
+func TestChaos(t *testing.T) {
+	seed := *runSeed
+	if seed == 0 {
+		seed = rand.Uint64() % 1_000_000
+	}
+	out := *runOut
+	if out == "" {
+		out = os.TempDir()
+	}
+	runDir := filepath.Join(out, fmt.Sprintf("fabriq-chaos-%s-seed-%d", time.Now().Format("20060102-150405"), seed))
+	if err := os.MkdirAll(filepath.Join(runDir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d (replay: -chaos.seed %d); run directory %s", seed, seed, runDir)
+	plan := Plan(seed, *runTime, *runNodes)
+	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := NewCluster(bin, filepath.Join(runDir, "data"), filepath.Join(runDir, "logs"), *runNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), *runTime+10*time.Minute)
+	defer cancel()
+	for _, n := range cl.Nodes {
+		if err := cl.Start(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range cl.Nodes {
+		if err := cl.WaitReady(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := cl.URL()
+	queue := Workload{Name: "q", Stream: "persistent://chaos/jepsen/queue", Partitions: 2, Mode: client.Shared,
+		Producers: 2, Consumers: 3, Interval: 2 * time.Millisecond, FirstProcess: 0}
+	keys := Workload{Name: "k", Stream: "persistent://chaos/jepsen/keys", Partitions: 2, Mode: client.KeyShared, Keys: 40,
+		Producers: 2, Consumers: 3, Interval: 2 * time.Millisecond, FirstProcess: 100}
+	for _, w := range []Workload{queue, keys} {
+		if err := w.Create(ctx, url); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := NewHistory()
+	admin, err := client.New(client.Options{URL: url, OperationTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var logMu sync.Mutex
+	var nemesisLog strings.Builder
+	nm := &Nemesis{C: cl,
+		Leader: func(ctx context.Context) int {
+			st, err := admin.ClusterStatus(ctx)
+			if err != nil {
+				return -1
+			}
+			for _, p := range st.Partitions {
+				if p.Partition == keys.Stream+"-partition-0" {
+					for i, n := range cl.Nodes {
+						if n.ID == p.Leader {
+							return i
+						}
+					}
+				}
+			}
+			return -1
+		},
+		Log: func(format string, args ...any) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			fmt.Fprintf(&nemesisLog, "%10s  %s\n", h.Since().Round(time.Millisecond), fmt.Sprintf(format, args...))
+		},
+	}
+
+	produceCtx, stopProducing := context.WithCancel(ctx)
+	consumeCtx, stopConsuming := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, w := range []Workload{queue, keys} {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- w.Produce(produceCtx, url, h) }()
+		go func() { defer wg.Done(); errs <- w.Consume(consumeCtx, url, h) }()
+	}
+	faults, nerr := nm.Run(ctx, time.Now(), plan)
+	stopProducing()
+	hctx, hcancel := context.WithTimeout(ctx, 2*time.Minute)
+	herr := cl.Heal(hctx)
+	hcancel()
+	// Drain: consumers go on until every acknowledged send arrived, or
+	// nothing new arrived for a minute.
+	last, lastLen := time.Now(), 0
+	tick := time.NewTicker(200 * time.Millisecond)
+	for range tick.C {
+		ops := h.Ops()
+		if queue.Undelivered(ops) == 0 && keys.Undelivered(ops) == 0 || time.Since(last) > time.Minute || ctx.Err() != nil {
+			break
+		}
+		if len(ops) != lastLen {
+			last, lastLen = time.Now(), len(ops)
+		}
+	}
+	tick.Stop()
+	stopConsuming()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("workload: %v", err)
+		}
+	}
+	ops := h.Ops()
+	s := summary{Seed: seed, Nodes: *runNodes, Duration: runTime.String(), Faults: faults,
+		Network: "loopback, no network faults (namespaces and netem not used yet)",
+		Queue:   CheckQueue(queue.own(ops)), KeyQueue: CheckQueue(keys.own(ops)), KeyOrder: CheckKeyOrder(keys.own(ops))}
+	s.Valid = s.Queue.Valid && s.KeyQueue.Valid && s.KeyOrder.Valid && nerr == nil && herr == nil
+	if err := h.WriteFile(filepath.Join(runDir, "history.jsonl")); err != nil {
+		t.Error(err)
+	}
+	os.WriteFile(filepath.Join(runDir, "nemesis.log"), []byte(nemesisLog.String()), 0o644)
+	js, _ := json.MarshalIndent(s, "", "  ")
+	os.WriteFile(filepath.Join(runDir, "summary.json"), js, 0o644)
+	t.Logf("summary (%s):\n%s", filepath.Join(runDir, "summary.json"), js)
+	if nerr != nil {
+		t.Errorf("nemesis: %v", nerr)
+	}
+	if herr != nil {
+		t.Errorf("heal: %v", herr)
+	}
+	if !s.Valid {
+		t.Errorf("invalid run; history, plan and node logs in %s", runDir)
+		return
+	}
+	cl.Shutdown()
+	os.RemoveAll(filepath.Join(runDir, "data")) // a valid run keeps its history and logs, not its data
+}

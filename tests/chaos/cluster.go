@@ -1,0 +1,246 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Node is one fabriqd process of a chaos cluster. Its addresses are fixed
+// so that it restarts where it was.
+type Node struct {
+	ID     string
+	Dir    string
+	Client string // client address
+	args   []string
+	log    string // its log file
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	ready  chan struct{}
+	paused bool
+}
+
+// Cluster runs fabriqd processes on loopback.
+type Cluster struct {
+	Bin   string
+	Nodes []*Node
+}
+
+// usedPorts are the ports handed out in this process.
+var (
+	portMu    sync.Mutex
+	usedPorts = map[int]bool{}
+)
+
+// freeAddr returns a loopback address whose port (TCP and UDP) was free,
+// below the kernel's ephemeral range so no outgoing connection takes it
+// while its node is down.
+func freeAddr() (string, error) {
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if usedPorts[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		usedPorts[port] = true
+		return addr, nil
+	}
+	return "", fmt.Errorf("chaos: no free port")
+}
+
+// NewCluster prepares n nodes that bootstrap together; extra flags go to
+// every node. Logs go to logDir/ID.log.
+func NewCluster(bin, dataDir, logDir string, n int, extra ...string) (*Cluster, error) {
+	c := &Cluster{Bin: bin}
+	gossip := make([]string, n)
+	for i := range gossip {
+		var err error
+		if gossip[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	for i := range n {
+		client, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		raft, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		id := fmt.Sprint("n", i+1)
+		nd := &Node{ID: id, Dir: filepath.Join(dataDir, id), Client: client, log: filepath.Join(logDir, id+".log")}
+		nd.args = append([]string{
+			"--node-id", id, "--data-dir", nd.Dir, "--client-addr", client, "--raft-addr", raft,
+			"--gossip-addr", gossip[i], "--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n], "--log-json",
+		}, extra...)
+		c.Nodes = append(c.Nodes, nd)
+	}
+	return c, nil
+}
+
+// URL names every node.
+func (c *Cluster) URL() string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Client
+	}
+	return "fabriq://" + strings.Join(addrs, ",")
+}
+
+// Start launches a node that is not running.
+func (c *Cluster) Start(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return nil
+	}
+	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.Bin, n.args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	exited, ready := make(chan struct{}), make(chan struct{})
+	n.cmd, n.exited, n.ready, n.paused = cmd, exited, ready, false
+	go func() {
+		// Owned by the process: it ends when the process's stderr closes.
+		defer close(exited)
+		defer logf.Close()
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		once := false
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logf, line)
+			var rec struct {
+				Msg string `json:"msg"`
+			}
+			if !once && json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "fabriqd ready" {
+				once = true
+				close(ready)
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		cmd.Wait()
+	}()
+	return nil
+}
+
+// WaitReady waits until a started node says it is ready.
+func (c *Cluster) WaitReady(ctx context.Context, n *Node) error {
+	n.mu.Lock()
+	ready, exited := n.ready, n.exited
+	n.mu.Unlock()
+	if ready == nil {
+		return fmt.Errorf("chaos: node %s is not running", n.ID)
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-exited:
+		return fmt.Errorf("chaos: node %s exited before it was ready (see %s)", n.ID, n.log)
+	case <-ctx.Done():
+		return fmt.Errorf("chaos: node %s not ready: %w", n.ID, ctx.Err())
+	}
+}
+
+// Running reports whether the node's process runs (paused or not).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cmd != nil
+}
+
+// Kill sends SIGKILL and waits for the process to go.
+func (c *Cluster) Kill(n *Node) {
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.cmd, n.paused = nil, false
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// Pause stops the process (SIGSTOP): its sockets stay open, nothing
+// answers.
+func (c *Cluster) Pause(n *Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil && !n.paused {
+		n.cmd.Process.Signal(syscall.SIGSTOP)
+		n.paused = true
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (c *Cluster) Resume(n *Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil && n.paused {
+		n.cmd.Process.Signal(syscall.SIGCONT)
+		n.paused = false
+	}
+}
+
+// Heal resumes every paused node and restarts every dead one, then waits
+// until all are ready.
+func (c *Cluster) Heal(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		c.Resume(n)
+		if !n.Running() {
+			if err := c.Start(n); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := c.WaitReady(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Shutdown kills every node.
+func (c *Cluster) Shutdown() {
+	for _, n := range c.Nodes {
+		c.Resume(n)
+		c.Kill(n)
+	}
+}

@@ -1,0 +1,134 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// FaultKind is one kind of fault.
+type FaultKind string
+
+// The faults this suite injects. Network partitions, latency and loss
+// (namespaces, netem) and file faults are not here yet.
+const (
+	KillOne      FaultKind = "kill-one"      // SIGKILL one node, restart it after the fault
+	KillLeader   FaultKind = "kill-leader"   // SIGKILL the leader of the workloads' first partition
+	KillMinority FaultKind = "kill-minority" // SIGKILL a minority at once
+	KillAll      FaultKind = "kill-all"      // SIGKILL every node, restart them all
+	PauseOne     FaultKind = "pause-one"     // SIGSTOP one node longer than the election timeout
+)
+
+var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne}
+
+// Fault is one step of a plan: at At, Kind hits Nodes (indexes) for For,
+// then the cluster heals.
+type Fault struct {
+	At    time.Duration `json:"at"`
+	Kind  FaultKind     `json:"kind"`
+	Nodes []int         `json:"nodes"`
+	For   time.Duration `json:"for"`
+}
+
+func (f Fault) String() string {
+	return fmt.Sprintf("%8s %-13s nodes %v for %v", f.At.Round(time.Millisecond), f.Kind, f.Nodes, f.For.Round(time.Millisecond))
+}
+
+// Plan draws faults from seed until duration: each lasts 2-6 s and is
+// followed by 3-6 s of healed cluster. The same seed gives the same plan.
+func Plan(seed uint64, duration time.Duration, nodes int) []Fault {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var plan []Fault
+	at := 3 * time.Second
+	for {
+		f := Fault{At: at, Kind: allFaults[r.IntN(len(allFaults))], For: 2*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))}
+		switch f.Kind {
+		case KillOne, PauseOne:
+			f.Nodes = []int{r.IntN(nodes)}
+		case KillMinority:
+			f.Nodes = r.Perm(nodes)[:(nodes-1)/2]
+		case KillAll:
+			f.Nodes = r.Perm(nodes)
+		}
+		if at+f.For > duration {
+			return plan
+		}
+		plan = append(plan, f)
+		at += f.For + 3*time.Second + time.Duration(r.Int64N(int64(3*time.Second)))
+	}
+}
+
+// FormatPlan writes a plan one fault per line.
+func FormatPlan(seed uint64, plan []Fault) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d\n", seed)
+	for _, f := range plan {
+		fmt.Fprintln(&b, f)
+	}
+	return b.String()
+}
+
+// Nemesis runs a plan against a cluster.
+type Nemesis struct {
+	C *Cluster
+	// Leader returns the index of the node leading the workloads' first
+	// partition, -1 if unknown.
+	Leader func(ctx context.Context) int
+	// Log receives what the nemesis does.
+	Log func(format string, args ...any)
+}
+
+// Run injects the plan's faults at their times (from start) and heals
+// after each; it returns when the plan is done or ctx ends, with the
+// faults injected.
+func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int, error) {
+	done := 0
+	for _, f := range plan {
+		if !waitUntil(ctx, start.Add(f.At)) {
+			return done, ctx.Err()
+		}
+		nodes := f.Nodes
+		if f.Kind == KillLeader {
+			i := nm.Leader(ctx)
+			if i < 0 {
+				nm.Log("%v: no leader known; skipped", f)
+				continue
+			}
+			nodes = []int{i}
+		}
+		nm.Log("%v: injecting on %v", f, nodes)
+		for _, i := range nodes {
+			if f.Kind == PauseOne {
+				nm.C.Pause(nm.C.Nodes[i])
+			} else {
+				nm.C.Kill(nm.C.Nodes[i])
+			}
+		}
+		done++
+		if !waitUntil(ctx, time.Now().Add(f.For)) {
+			return done, ctx.Err()
+		}
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := nm.C.Heal(hctx)
+		cancel()
+		if err != nil {
+			return done, fmt.Errorf("heal after %v: %w", f, err)
+		}
+		nm.Log("healed")
+	}
+	return done, nil
+}
+
+// waitUntil waits for a moment of the plan; false if ctx ended first.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,189 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// Workload produces unique messages to a stream and consumes them through
+// one subscription, recording every operation.
+type Workload struct {
+	Name       string
+	Stream     string
+	Partitions int
+	Mode       client.SubscriptionType
+	// Keys spreads messages over this many keys (0: no key).
+	Keys      int
+	Producers int
+	Consumers int
+	// Interval paces each producer.
+	Interval time.Duration
+	// FirstProcess numbers this workload's clients in the history.
+	FirstProcess int
+}
+
+// Create makes the workload's stream (3 replicas), retrying while the
+// cluster settles.
+func (w Workload) Create(ctx context.Context, url string) error {
+	c, err := client.New(client.Options{URL: url, OperationTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		err := c.CreateStream(ctx, w.Stream, w.Partitions, 3)
+		if err == nil || transport.CodeOf(err) == transport.CodeStreamExists {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("create %s: %w", w.Stream, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Produce runs the producers until ctx ends.
+func (w Workload) Produce(ctx context.Context, url string, h *History) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, w.Producers)
+	for i := range w.Producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.producer(ctx, url, h, i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (w Workload) producer(ctx context.Context, url string, h *History, i int) error {
+	c, err := client.New(client.Options{URL: url, OperationTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	proc := w.FirstProcess + i
+	var p *client.Producer
+	for p == nil {
+		p, err = c.CreateProducer(ctx, client.ProducerOptions{Stream: w.Stream, SendTimeout: 10 * time.Second, DisableBatching: true})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			h.Add(Op{Process: proc, Kind: Fail, F: "open", Offset: -1, Error: err.Error()})
+		}
+	}
+	defer p.Close()
+	tick := time.NewTicker(w.Interval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		v := fmt.Sprintf("%s-%d-%d", w.Name, i, n)
+		key := ""
+		if w.Keys > 0 {
+			key = fmt.Sprint("k", n%w.Keys)
+		}
+		h.Add(Op{Process: proc, Kind: Invoke, F: "send", Value: v, Key: key, Offset: -1})
+		// A send is given its own bound, not ctx: a send cut short by
+		// the end of the run would be recorded as unknown for nothing.
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		id, err := p.Send(sctx, &client.ProducerMessage{Key: key, Payload: []byte(v)})
+		cancel()
+		if err != nil {
+			h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
+			continue
+		}
+		h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
+	}
+}
+
+// Consume runs the consumers until ctx ends; progress is told each
+// delivery.
+func (w Workload) Consume(ctx context.Context, url string, h *History) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, w.Consumers)
+	for i := range w.Consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.consumer(ctx, url, h, i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (w Workload) consumer(ctx context.Context, url string, h *History, i int) error {
+	c, err := client.New(client.Options{URL: url, OperationTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	name := fmt.Sprintf("%s-c%d", w.Name, i)
+	proc := w.FirstProcess + w.Producers + i
+	var cons *client.Consumer
+	for cons == nil {
+		cons, err = c.Subscribe(ctx, client.ConsumerOptions{Stream: w.Stream, Subscription: "chaos", Type: w.Mode, Name: name,
+			SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true, ReceiverQueueSize: 100})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			h.Add(Op{Process: proc, Kind: Fail, F: "open", Consumer: name, Offset: -1, Error: err.Error()})
+		}
+	}
+	defer cons.Close()
+	for {
+		m, err := cons.Receive(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", name, err)
+		}
+		v := string(m.Payload)
+		h.Add(Op{Process: proc, Kind: OK, F: "receive", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+		h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = cons.Ack(actx, m)
+		cancel()
+		kind, msg := OK, ""
+		if err != nil {
+			kind, msg = Info, err.Error()
+		}
+		h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
+	}
+}
+
+// Undelivered counts the workload's acknowledged sends not yet received.
+func (w Workload) Undelivered(ops []Op) int {
+	return CheckQueue(w.own(ops)).Lost
+}
+
+// own returns the workload's operations.
+func (w Workload) own(ops []Op) []Op {
+	var out []Op
+	for _, op := range ops {
+		if op.Process >= w.FirstProcess && op.Process < w.FirstProcess+w.Producers+w.Consumers {
+			out = append(out, op)
+		}
+	}
+	return out
+}
