@@ -88,6 +88,25 @@ func (c *Client) ListStreams(ctx context.Context, fabric string) ([]string, erro
 // partition whose leader cannot be reached is described by the node that
 // answered first, from its replica (roles there show as "away").
 func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo, error) {
+	info, err := c.DescribeStreamLocal(ctx, stream)
+	if err != nil {
+		return StreamInfo{}, err
+	}
+	st, _ := geofabric.ParseStream(info.Stream)
+	for i := range info.Partitions {
+		pi := &info.Partitions[i]
+		if p, ok := c.describeAtLeader(ctx, st.Partition(int(pi.Partition), len(info.Partitions)).String(), stream, pi.Partition); ok {
+			*pi = p
+		}
+	}
+	return info, nil
+}
+
+// DescribeStreamLocal describes a stream as the first node that answers
+// sees it from its own replicas: their offsets, and subscriptions with the
+// roles that node knows (only a leader knows them). It tells whether that
+// node's copies have caught up.
+func (c *Client) DescribeStreamLocal(ctx context.Context, stream string) (StreamInfo, error) {
 	if _, err := geofabric.ParseStream(stream); err != nil {
 		return StreamInfo{}, err
 	}
@@ -101,15 +120,7 @@ func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo,
 	if !ok {
 		return StreamInfo{}, fmt.Errorf("client: unexpected answer %T to describe stream", res)
 	}
-	info := r.Info
-	st, _ := geofabric.ParseStream(info.Stream)
-	for i := range info.Partitions {
-		pi := &info.Partitions[i]
-		if p, ok := c.describeAtLeader(ctx, st.Partition(int(pi.Partition), len(info.Partitions)).String(), stream, pi.Partition); ok {
-			*pi = p
-		}
-	}
-	return info, nil
+	return r.Info, nil
 }
 
 // describeLeaderWait bounds the wait for one partition's leader.

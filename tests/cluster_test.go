@@ -172,7 +172,7 @@ func waitIdentical(ctx context.Context, t testing.TB, nodes []*clusterNode, stre
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := c.DescribeStream(ctx, stream)
+			info, err := c.DescribeStreamLocal(ctx, stream)
 			c.Close()
 			if err != nil {
 				views = append(views, err.Error())

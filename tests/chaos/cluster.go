@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Node is one fabriqd process of a chaos cluster. Its addresses are fixed
@@ -243,4 +244,21 @@ func (c *Cluster) Shutdown() {
 		c.Resume(n)
 		c.Kill(n)
 	}
+}
+
+// Stop sends SIGTERM and waits up to 30 s for a clean exit, then kills.
+func (c *Cluster) Stop(n *Node) {
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	c.Resume(n)
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+	}
+	c.Kill(n)
 }

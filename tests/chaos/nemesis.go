@@ -19,9 +19,20 @@ const (
 	KillMinority FaultKind = "kill-minority" // SIGKILL a minority at once
 	KillAll      FaultKind = "kill-all"      // SIGKILL every node, restart them all
 	PauseOne     FaultKind = "pause-one"     // SIGSTOP one node longer than the election timeout
+	// MoveReplicas keeps one node dead longer than the cluster's
+	// --replace-dead-after, so its replicas move to other nodes while
+	// writes go on; then it comes back (membership churn).
+	MoveReplicas FaultKind = "move-replicas"
+	// TransferStorm stops (SIGTERM: each hands its leaderships over) and
+	// restarts nodes one after another.
+	TransferStorm FaultKind = "transfer-storm"
 )
 
-var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne}
+// ReplaceDeadAfter is the --replace-dead-after the chaos cluster runs
+// with; MoveReplicas outlasts it.
+const ReplaceDeadAfter = 6 * time.Second
+
+var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm}
 
 // Fault is one step of a plan: at At, Kind hits Nodes (indexes) for For,
 // then the cluster heals.
@@ -47,6 +58,11 @@ func Plan(seed uint64, duration time.Duration, nodes int) []Fault {
 		switch f.Kind {
 		case KillOne, PauseOne:
 			f.Nodes = []int{r.IntN(nodes)}
+		case MoveReplicas:
+			f.Nodes = []int{r.IntN(nodes)}
+			f.For = ReplaceDeadAfter + 4*time.Second + time.Duration(r.Int64N(int64(3*time.Second)))
+		case TransferStorm:
+			f.Nodes = r.Perm(nodes)[:1+r.IntN(nodes)]
 		case KillMinority:
 			f.Nodes = r.Perm(nodes)[:(nodes-1)/2]
 		case KillAll:
@@ -100,10 +116,23 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 		}
 		nm.Log("%v: injecting on %v", f, nodes)
 		for _, i := range nodes {
-			if f.Kind == PauseOne {
-				nm.C.Pause(nm.C.Nodes[i])
-			} else {
-				nm.C.Kill(nm.C.Nodes[i])
+			n := nm.C.Nodes[i]
+			switch f.Kind {
+			case PauseOne:
+				nm.C.Pause(n)
+			case TransferStorm:
+				nm.C.Stop(n)
+				if err := nm.C.Start(n); err != nil {
+					return done, err
+				}
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				err := nm.C.WaitReady(rctx, n)
+				cancel()
+				if err != nil {
+					return done, err
+				}
+			default:
+				nm.C.Kill(n)
 			}
 		}
 		done++
