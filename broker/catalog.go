@@ -39,7 +39,8 @@ type streamMeta struct {
 	Replicas   int        `msgpack:"r"`
 	Placement  [][]string `msgpack:"pl"`
 	// Initial is the placement the stream was created with: those
-	// replicas bootstrap the partition's group; later ones join it.
+	// replicas bootstrap the partition's group; later ones join it. A
+	// partition's entry is cleared when one of its replicas moves.
 	Initial [][]string `msgpack:"in"`
 }
 
@@ -197,6 +198,16 @@ func (c *catalog) replaceLocked(e replaceReplicaEntry) bool {
 	placement := slices.Clone(s.Placement)
 	placement[e.Partition] = p
 	s.Placement = placement
+	// The partition's group exists now: no replica may bootstrap it
+	// again. A node that was an initial replica, lost its copy when moved
+	// away and is given the partition back later would otherwise start a
+	// new, empty group with the others that have no copy yet, and elect
+	// a leader of an empty log: every acknowledged message lost.
+	if e.Partition < len(s.Initial) {
+		initial := slices.Clone(s.Initial)
+		initial[e.Partition] = nil
+		s.Initial = initial
+	}
 	return true
 }
 

@@ -1,0 +1,41 @@
+package broker
+
+import (
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+func applyMeta(t *testing.T, c *catalog, index uint64, typ entryType, body any) any {
+	t.Helper()
+	data, err := encodeEntry(typ, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+}
+
+// A partition whose replica moved never bootstraps again: an initial
+// replica that lost its copy and gets the partition back must join the
+// existing group, not start an empty one (found by the chaos suite: a
+// node moved off a partition and back onto it bootstrapped a new group
+// with the other empty replica and elected itself, with an empty log).
+func TestReplicaMoveEndsBootstrap(t *testing.T) {
+	c := newCatalog(nil)
+	applyMeta(t, c, 1, metaCreateStream, streamMeta{Name: "persistent://t/f/s", Partitions: 2, Replicas: 3,
+		Placement: [][]string{{"n3", "n4", "n5"}, {"n1", "n2", "n3"}}, Initial: [][]string{{"n3", "n4", "n5"}, {"n1", "n2", "n3"}}})
+	if ok := applyMeta(t, c, 2, metaReplaceReplica, replaceReplicaEntry{Stream: "persistent://t/f/s", Partition: 0, Old: "n4", New: "n1"}); ok != true {
+		t.Fatalf("replace: %v", ok)
+	}
+	applyMeta(t, c, 3, metaReplaceReplica, replaceReplicaEntry{Stream: "persistent://t/f/s", Partition: 0, Old: "n5", New: "n4"})
+	s, _ := c.stream("persistent://t/f/s")
+	if got := s.Placement[0]; len(got) != 3 || got[0] != "n3" || got[1] != "n1" || got[2] != "n4" {
+		t.Fatalf("placement %v", got)
+	}
+	if len(s.Initial[0]) != 0 {
+		t.Fatalf("partition 0 moved, yet %v may still bootstrap it", s.Initial[0])
+	}
+	if len(s.Initial[1]) != 3 {
+		t.Fatalf("partition 1 never moved; its initial replicas are %v", s.Initial[1])
+	}
+}
