@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -154,6 +155,26 @@ func (n *Node) replaceDead() {
 	defer cancel()
 	for _, s := range n.catalog.streams() {
 		for i, replicas := range s.Placement {
+			// A partition whose live replicas are not a majority cannot
+			// change its Raft group: moving replicas would not bring it
+			// back and would hand its place to empty copies. At most one
+			// replica of a partition moves per round, so the group
+			// changes one member at a time.
+			liveCount := 0
+			for _, id := range replicas {
+				if !dead[id] && slices.ContainsFunc(live, func(m member) bool { return m.ID == id }) {
+					liveCount++
+				}
+			}
+			key := fmt.Sprintf("%s/%d", s.Name, i)
+			if liveCount < len(replicas)/2+1 {
+				if slices.ContainsFunc(replicas, func(id string) bool { return dead[id] }) && !n.majorityLost[key] {
+					n.logger.Warn("partition has lost the majority of its replicas; not moving them", "stream", s.Name, "partition", i, "replicas", replicas)
+					n.majorityLost[key] = true
+				}
+				continue
+			}
+			delete(n.majorityLost, key)
 			for _, old := range replicas {
 				if !dead[old] {
 					continue
@@ -182,8 +203,7 @@ func (n *Node) replaceDead() {
 				n.logger.Info("replica moved off a dead node", "stream", s.Name, "partition", i, "from", old, "to", best.ID)
 				load[best.ID]++
 				load[old]--
-				replicas = slices.Clone(replicas)
-				replicas[slices.Index(replicas, old)] = best.ID
+				break // one move per partition per round
 			}
 		}
 	}

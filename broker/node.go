@@ -40,7 +40,10 @@ type Node struct {
 	gossip gossip
 
 	reconcileCh chan struct{}
-	stop        chan struct{}
+	// majorityLost remembers the partitions already reported as beyond
+	// automatic repair (the metadata leader's loop only).
+	majorityLost map[string]bool
+	stop         chan struct{}
 	// ctx ends when the node closes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -57,6 +60,9 @@ type Node struct {
 type localPartition struct {
 	*partition
 	group *cluster.Group
+	// orphanSince is when a replica moved away was first seen without a
+	// leader (reconcile's goroutine only).
+	orphanSince time.Time
 }
 
 // NewNode checks the configuration; Start starts the node.
@@ -67,15 +73,16 @@ func NewNode(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Node{
-		ctx:         ctx,
-		cancel:      cancel,
-		cfg:         cfg,
-		logger:      cfg.Logger.With("node", cfg.NodeID),
-		reconcileCh: make(chan struct{}, 1),
-		stop:        make(chan struct{}),
-		partitions:  map[string]*localPartition{},
-		sessions:    map[*session]struct{}{},
-		changed:     make(chan struct{}),
+		ctx:          ctx,
+		cancel:       cancel,
+		cfg:          cfg,
+		logger:       cfg.Logger.With("node", cfg.NodeID),
+		reconcileCh:  make(chan struct{}, 1),
+		majorityLost: map[string]bool{},
+		stop:         make(chan struct{}),
+		partitions:   map[string]*localPartition{},
+		sessions:     map[*session]struct{}{},
+		changed:      make(chan struct{}),
 	}, nil
 }
 
@@ -228,14 +235,55 @@ func (n *Node) requestReconcile() {
 // closes those it no longer does.
 func (n *Node) reconcileLoop() {
 	defer n.wg.Done()
+	// A replica moved away is closed once its group has removed it, which
+	// no catalog change announces: look again now and then.
+	tick := time.NewTicker(reconcileEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-n.reconcileCh:
+		case <-tick.C:
 		}
 		n.reconcile()
 	}
+}
+
+// reconcileEvery is how often the node reconciles its partitions without
+// being asked.
+const reconcileEvery = 2 * time.Second
+
+// orphanAfter is how long a replica moved away, whose group still counts
+// it, may go without a leader before the node gives it up: the group went
+// on without it (a removed follower may never hear of its removal).
+const orphanAfter = time.Minute
+
+// keepMovedReplica reports whether a replica that is no longer placed on
+// this node must keep running: as long as its Raft group counts this
+// node as a voter, its copy may be part of the majority that holds the
+// acknowledged messages, and deleting it could lose them (the chaos suite
+// found this: two replicas of a partition moved off nodes that were only
+// suspected dead deleted their copies while still two of its three
+// voters). The group's leader removes it after adding the new replica.
+func (n *Node) keepMovedReplica(lp *localPartition) bool {
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	servers, err := lp.group.Servers(ctx)
+	if err != nil {
+		return true
+	}
+	if !slices.ContainsFunc(servers, func(s cluster.Server) bool { return s.ID == n.cfg.NodeID }) {
+		return false
+	}
+	if id, _ := lp.group.Leader(); id != "" {
+		lp.orphanSince = time.Time{}
+		return true
+	}
+	if lp.orphanSince.IsZero() {
+		lp.orphanSince = time.Now()
+	}
+	return time.Since(lp.orphanSince) < orphanAfter
 }
 
 func (n *Node) reconcile() {
@@ -257,19 +305,35 @@ func (n *Node) reconcile() {
 		}
 	}
 	n.mu.Lock()
-	var drop []*localPartition
+	var moved []*localPartition
 	for name, lp := range n.partitions {
 		if _, ok := want[name]; !ok {
-			drop = append(drop, lp)
-			delete(n.partitions, name)
+			moved = append(moved, lp)
 		}
 	}
+	n.mu.Unlock()
+	var drop []*localPartition
+	for _, lp := range moved {
+		// A deleted stream's partitions go at once; a moved replica
+		// waits for its group to let it go.
+		if n.placementOf(lp.name) != nil && n.keepMovedReplica(lp) {
+			continue
+		}
+		n.mu.Lock()
+		if n.partitions[lp.name] == lp {
+			delete(n.partitions, lp.name)
+			drop = append(drop, lp)
+		}
+		n.mu.Unlock()
+	}
+	n.mu.Lock()
 	have := make(map[string]bool, len(n.partitions))
 	for name := range n.partitions {
 		have[name] = true
 	}
 	n.mu.Unlock()
 	for _, lp := range drop {
+		n.logger.Info("replica moved away and out of its group; removing its data", "partition", lp.name)
 		n.closePartition(lp, true)
 		if n.gossip != nil {
 			n.gossip.forget(lp.name)
@@ -304,8 +368,31 @@ func (n *Node) reconcile() {
 	}
 	n.mu.Unlock()
 	for _, lp := range leading {
-		n.reconcileReplicas(lp, want[lp.name])
+		placement, ok := want[lp.name]
+		if !ok {
+			placement = n.placementOf(lp.name)
+		}
+		if len(placement) > 0 {
+			n.reconcileReplicas(lp, placement)
+		}
 	}
+}
+
+// placementOf returns a partition's replicas from the catalog, nil if the
+// stream is gone.
+func (n *Node) placementOf(partition string) []string {
+	pn, err := geofabric.ParsePartition(partition)
+	if err != nil {
+		return nil
+	}
+	s, ok := n.catalog.stream(pn.Stream.String())
+	if !ok {
+		return nil
+	}
+	if i := pn.Number(); i < len(s.Placement) {
+		return s.Placement[i]
+	}
+	return nil
 }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
