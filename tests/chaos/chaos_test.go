@@ -24,6 +24,7 @@ var (
 	runSeed  = flag.Uint64("chaos.seed", 0, "seed of the fault plan (0: random, printed)")
 	runNodes = flag.Int("chaos.nodes", 5, "fabriqd processes")
 	runOut   = flag.String("chaos.out", "", "directory for run directories (default: the system's temporary directory)")
+	runNetns = flag.Bool("chaos.netns", true, "run nodes in network namespaces (root, iproute2) to inject partitions and netem; loopback otherwise")
 )
 
 var bin string
@@ -85,11 +86,24 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d (replay: -chaos.seed %d); run directory %s", seed, seed, runDir)
-	plan := Plan(seed, *runTime, *runNodes)
+	network := "network namespaces on a bridge: partitions and netem latency/loss"
+	var nt *Net
+	if *runNetns {
+		var err error
+		if nt, err = NewNet(*runNodes); err != nil {
+			network = "loopback, no network faults: " + err.Error()
+			t.Logf("network namespaces unavailable (%v): nodes run on loopback, without network faults", err)
+		} else {
+			defer nt.Close()
+		}
+	} else {
+		network = "loopback, no network faults (-chaos.netns=false)"
+	}
+	plan := Plan(seed, *runTime, *runNodes, nt != nil)
 	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := NewCluster(bin, filepath.Join(runDir, "data"), filepath.Join(runDir, "logs"), *runNodes,
+	cl, err := NewCluster(bin, filepath.Join(runDir, "data"), filepath.Join(runDir, "logs"), *runNodes, nt,
 		"--replace-dead-after", ReplaceDeadAfter.String())
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +208,7 @@ func TestChaos(t *testing.T) {
 	}
 	ops := h.Ops()
 	s := summary{Seed: seed, Nodes: *runNodes, Duration: runTime.String(), Faults: faults,
-		Network: "loopback, no network faults (namespaces and netem not used yet)",
+		Network: network,
 		Queue:   map[string]QueueResult{}, Appends: map[string]AppendsResult{}, Order: map[string]KeyOrderResult{}}
 	s.Valid = nerr == nil && herr == nil
 	for _, w := range workloads {

@@ -33,10 +33,13 @@ type Node struct {
 	paused bool
 }
 
-// Cluster runs fabriqd processes on loopback.
+// Cluster runs fabriqd processes, on loopback or each in a network
+// namespace of its own (Net).
 type Cluster struct {
 	Bin   string
 	Nodes []*Node
+	// Net, when set, holds the nodes' namespaces.
+	Net *Net
 }
 
 // usedPorts are the ports handed out in this process.
@@ -73,23 +76,30 @@ func freeAddr() (string, error) {
 	return "", fmt.Errorf("chaos: no free port")
 }
 
-// NewCluster prepares n nodes that bootstrap together; extra flags go to
-// every node. Logs go to logDir/ID.log.
-func NewCluster(bin, dataDir, logDir string, n int, extra ...string) (*Cluster, error) {
-	c := &Cluster{Bin: bin}
+// NewCluster prepares n nodes that bootstrap together, in nt's
+// namespaces if nt is not nil; extra flags go to every node. Logs go to
+// logDir/ID.log.
+func NewCluster(bin, dataDir, logDir string, n int, nt *Net, extra ...string) (*Cluster, error) {
+	c := &Cluster{Bin: bin, Net: nt}
+	addr := func(i, port int) (string, error) {
+		if nt != nil {
+			return fmt.Sprintf("%s:%d", nt.IP(i), port), nil
+		}
+		return freeAddr()
+	}
 	gossip := make([]string, n)
 	for i := range gossip {
 		var err error
-		if gossip[i], err = freeAddr(); err != nil {
+		if gossip[i], err = addr(i, 7946); err != nil {
 			return nil, err
 		}
 	}
 	for i := range n {
-		client, err := freeAddr()
+		client, err := addr(i, 6650)
 		if err != nil {
 			return nil, err
 		}
-		raft, err := freeAddr()
+		raft, err := addr(i, 7650)
 		if err != nil {
 			return nil, err
 		}
@@ -125,6 +135,9 @@ func (c *Cluster) Start(n *Node) error {
 		return err
 	}
 	cmd := exec.Command(c.Bin, n.args...)
+	if c.Net != nil {
+		cmd = c.Net.Command(c.index(n), c.Bin, n.args...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		logf.Close()
@@ -158,6 +171,16 @@ func (c *Cluster) Start(n *Node) error {
 		cmd.Wait()
 	}()
 	return nil
+}
+
+// index returns a node's place in the cluster.
+func (c *Cluster) index(n *Node) int {
+	for i, o := range c.Nodes {
+		if o == n {
+			return i
+		}
+	}
+	return -1
 }
 
 // WaitReady waits until a started node says it is ready.

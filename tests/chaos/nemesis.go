@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -28,6 +29,22 @@ const (
 	TransferStorm FaultKind = "transfer-storm"
 )
 
+// Network faults, with namespaces (Net) only.
+const (
+	// PartitionHalves splits the nodes into a majority and a minority.
+	PartitionHalves FaultKind = "partition-halves"
+	// IsolateLeader cuts the workloads' first partition leader off from
+	// every other node.
+	IsolateLeader FaultKind = "isolate-leader"
+	// PartitionBridge splits the nodes in two halves that only one node,
+	// the bridge, sees both of.
+	PartitionBridge FaultKind = "partition-bridge"
+	// Latency gives every node 50 ms ± 20 ms of delay and 3% loss.
+	Latency FaultKind = "latency-loss"
+)
+
+var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, Latency}
+
 // ReplaceDeadAfter is the --replace-dead-after the chaos cluster runs
 // with; MoveReplicas outlasts it.
 const ReplaceDeadAfter = 6 * time.Second
@@ -47,15 +64,23 @@ func (f Fault) String() string {
 	return fmt.Sprintf("%8s %-13s nodes %v for %v", f.At.Round(time.Millisecond), f.Kind, f.Nodes, f.For.Round(time.Millisecond))
 }
 
-// Plan draws faults from seed until duration: each lasts 2-6 s and is
-// followed by 3-6 s of healed cluster. The same seed gives the same plan.
-func Plan(seed uint64, duration time.Duration, nodes int) []Fault {
+// Plan draws faults from seed until duration: each lasts 2-6 s (a
+// replica move longer) and is followed by 3-6 s of healed cluster.
+// Network faults are drawn only with network set. The same seed and
+// setting give the same plan.
+func Plan(seed uint64, duration time.Duration, nodes int, network bool) []Fault {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	kinds := allFaults
+	if network {
+		kinds = append(slices.Clone(allFaults), netFaults...)
+	}
 	var plan []Fault
 	at := 3 * time.Second
 	for {
-		f := Fault{At: at, Kind: allFaults[r.IntN(len(allFaults))], For: 2*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))}
+		f := Fault{At: at, Kind: kinds[r.IntN(len(kinds))], For: 2*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))}
 		switch f.Kind {
+		case PartitionHalves, PartitionBridge:
+			f.Nodes = r.Perm(nodes)
 		case KillOne, PauseOne:
 			f.Nodes = []int{r.IntN(nodes)}
 		case MoveReplicas:
@@ -106,7 +131,7 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			return done, ctx.Err()
 		}
 		nodes := f.Nodes
-		if f.Kind == KillLeader {
+		if f.Kind == KillLeader || f.Kind == IsolateLeader {
 			i := nm.Leader(ctx)
 			if i < 0 {
 				nm.Log("%v: no leader known; skipped", f)
@@ -115,7 +140,13 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			nodes = []int{i}
 		}
 		nm.Log("%v: injecting on %v", f, nodes)
+		if err := nm.network(f.Kind, nodes); err != nil {
+			return done, fmt.Errorf("%v: %w", f, err)
+		}
 		for _, i := range nodes {
+			if slices.Contains(netFaults, f.Kind) {
+				break
+			}
 			n := nm.C.Nodes[i]
 			switch f.Kind {
 			case PauseOne:
@@ -139,6 +170,11 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 		if !waitUntil(ctx, time.Now().Add(f.For)) {
 			return done, ctx.Err()
 		}
+		if nm.C.Net != nil {
+			if err := nm.C.Net.Heal(); err != nil {
+				return done, fmt.Errorf("heal the network after %v: %w", f, err)
+			}
+		}
 		hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		err := nm.C.Heal(hctx)
 		cancel()
@@ -160,4 +196,34 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// network injects a network fault on nodes (a permutation for the splits,
+// the leader for an isolation).
+func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
+	nt := nm.C.Net
+	switch kind {
+	case PartitionHalves:
+		minority := (len(nodes) - 1) / 2
+		return nt.Partition([][]int{nodes[:minority], nodes[minority:]})
+	case IsolateLeader:
+		var rest []int
+		for i := range nm.C.Nodes {
+			if i != nodes[0] {
+				rest = append(rest, i)
+			}
+		}
+		return nt.Partition([][]int{nodes[:1], rest})
+	case PartitionBridge:
+		// nodes[0] is the bridge: it is cut from nobody.
+		half := (len(nodes) - 1) / 2
+		return nt.Partition([][]int{nodes[1 : 1+half], nodes[1+half:]})
+	case Latency:
+		for i := range nm.C.Nodes {
+			if err := nt.Netem(i, "delay", "50ms", "20ms", "loss", "3%"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

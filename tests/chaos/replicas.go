@@ -32,15 +32,19 @@ func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
 	defer tick.Stop()
 	for {
 		same, views := true, map[string]string{}
+		var errs []string
 		for _, n := range c.Nodes {
 			cl, err := client.New(client.Options{URL: "fabriq://" + n.Client, OperationTimeout: 5 * time.Second})
 			if err != nil {
 				return err
 			}
 			for _, s := range streams {
-				info, err := cl.DescribeStreamLocal(ctx, s)
+				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				info, err := cl.DescribeStreamLocal(dctx, s)
+				cancel()
 				if err != nil {
 					same = false
+					errs = append(errs, fmt.Sprintf("%s: %v", n.ID, err))
 					continue
 				}
 				for _, p := range info.Partitions {
@@ -62,7 +66,7 @@ func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("replicas did not catch up: %v", views)
+			return fmt.Errorf("replicas did not catch up: %v; errors %v", views, errs)
 		case <-tick.C:
 		}
 	}

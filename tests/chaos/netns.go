@@ -1,0 +1,211 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Net puts each node in a network namespace of its own, joined by veth
+// pairs to a bridge in the test's namespace, where the clients run.
+// Network faults are routes and queueing disciplines inside the nodes'
+// namespaces: a partition blackholes the other side's addresses (the
+// clients still reach every node), netem adds latency and loss. It needs
+// root and iproute2.
+type Net struct {
+	prefix string
+	bridge string
+	subnet string // first three octets
+	n      int
+
+	mu     sync.Mutex
+	routes map[[2]int]bool // blackholed: from node, to node
+	netem  map[int]bool
+}
+
+// netPrefix names this process's namespaces and links; leftovers of dead
+// runs are recognised by it.
+const netPrefix = "fqc"
+
+// NewNet creates the bridge and n namespaces. It removes the leftovers of
+// earlier runs whose process is gone.
+func NewNet(n int) (*Net, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("network namespaces need iproute2: %w", err)
+	}
+	cleanStale()
+	pid := os.Getpid()
+	nt := &Net{
+		prefix: fmt.Sprintf("%s%d", netPrefix, pid%10_000_000),
+		subnet: fmt.Sprintf("10.%d.%d", 200+pid%50, (pid/50)%250),
+		n:      n,
+		routes: map[[2]int]bool{},
+		netem:  map[int]bool{},
+	}
+	nt.bridge = nt.prefix + "br"
+	steps := [][]string{
+		{"link", "add", nt.bridge, "type", "bridge"},
+		{"addr", "add", nt.subnet + ".254/24", "dev", nt.bridge},
+		{"link", "set", nt.bridge, "up"},
+	}
+	for i := range n {
+		ns, host, peer := nt.ns(i), fmt.Sprintf("%sh%d", nt.prefix, i), fmt.Sprintf("%sp%d", nt.prefix, i)
+		steps = append(steps,
+			[]string{"netns", "add", ns},
+			[]string{"link", "add", host, "type", "veth", "peer", "name", peer},
+			[]string{"link", "set", peer, "netns", ns},
+			[]string{"link", "set", host, "master", nt.bridge},
+			[]string{"link", "set", host, "up"},
+			[]string{"netns", "exec", ns, "ip", "link", "set", "lo", "up"},
+			[]string{"netns", "exec", ns, "ip", "link", "set", peer, "name", "eth0"},
+			[]string{"netns", "exec", ns, "ip", "addr", "add", nt.IP(i) + "/24", "dev", "eth0"},
+			[]string{"netns", "exec", ns, "ip", "link", "set", "eth0", "up"},
+		)
+	}
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			nt.Close()
+			return nil, err
+		}
+	}
+	return nt, nil
+}
+
+func (nt *Net) ns(i int) string { return fmt.Sprintf("%sn%d", nt.prefix, i) }
+
+// IP is node i's address.
+func (nt *Net) IP(i int) string { return fmt.Sprintf("%s.%d", nt.subnet, i+1) }
+
+// Command runs a program inside node i's namespace. `ip netns exec`
+// executes it in place, so the process's pid is the program's.
+func (nt *Net) Command(i int, bin string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", nt.ns(i), bin}, args...)...)
+}
+
+// Partition cuts every node of one group off from every node of the
+// others (both ways).
+func (nt *Net) Partition(groups [][]int) error {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	for gi, g := range groups {
+		for gj, h := range groups {
+			if gi == gj {
+				continue
+			}
+			for _, a := range g {
+				for _, b := range h {
+					if nt.routes[[2]int{a, b}] {
+						continue
+					}
+					if err := ip("netns", "exec", nt.ns(a), "ip", "route", "add", "blackhole", nt.IP(b)+"/32"); err != nil {
+						return err
+					}
+					nt.routes[[2]int{a, b}] = true
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Cut blackholes traffic from node a to node b only (one way).
+func (nt *Net) Cut(a, b int) error {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	if nt.routes[[2]int{a, b}] {
+		return nil
+	}
+	if err := ip("netns", "exec", nt.ns(a), "ip", "route", "add", "blackhole", nt.IP(b)+"/32"); err != nil {
+		return err
+	}
+	nt.routes[[2]int{a, b}] = true
+	return nil
+}
+
+// Netem gives node i's link latency and loss, e.g. "delay", "50ms",
+// "20ms", "loss", "3%".
+func (nt *Net) Netem(i int, args ...string) error {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	if err := ip(append([]string{"netns", "exec", nt.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", "netem"}, args...)...); err != nil {
+		return err
+	}
+	nt.netem[i] = true
+	return nil
+}
+
+// Heal removes every partition and netem rule.
+func (nt *Net) Heal() error {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	var first error
+	for r := range nt.routes {
+		if err := ip("netns", "exec", nt.ns(r[0]), "ip", "route", "del", "blackhole", nt.IP(r[1])+"/32"); err != nil && first == nil {
+			first = err
+		}
+		delete(nt.routes, r)
+	}
+	for i := range nt.netem {
+		if err := ip("netns", "exec", nt.ns(i), "tc", "qdisc", "del", "dev", "eth0", "root"); err != nil && first == nil {
+			first = err
+		}
+		delete(nt.netem, i)
+	}
+	return first
+}
+
+// Close deletes the namespaces (their veths go with them) and the bridge.
+func (nt *Net) Close() {
+	for i := range nt.n {
+		ip("netns", "del", nt.ns(i))
+	}
+	ip("link", "del", nt.bridge)
+}
+
+// cleanStale removes namespaces and bridges of runs whose process is gone.
+func cleanStale() {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	links, _ := exec.Command("ip", "-o", "link", "show", "type", "bridge").Output()
+	dead := func(name string) bool {
+		digits := strings.TrimLeft(strings.TrimPrefix(name, netPrefix), "")
+		end := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' })
+		if end <= 0 {
+			return false
+		}
+		pid, err := strconv.Atoi(digits[:end])
+		if err != nil || pid == os.Getpid()%10_000_000 {
+			return false
+		}
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], netPrefix) && dead(f[0]) {
+			ip("netns", "del", f[0])
+		}
+	}
+	for _, line := range strings.Split(string(links), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 {
+			name := strings.TrimSuffix(f[1], ":")
+			if strings.HasPrefix(name, netPrefix) && dead(name) {
+				ip("link", "del", name)
+			}
+		}
+	}
+}
+
+// ip runs the ip command.
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
