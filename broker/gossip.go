@@ -190,8 +190,13 @@ func (n *Node) replaceDead() {
 					}
 				}
 				if best == nil {
-					continue // no live node left to move to
+					if !n.majorityLost[key+" full"] {
+						n.logger.Warn("no live node to move a replica to", "stream", s.Name, "partition", i, "from", old, "replicas", replicas)
+						n.majorityLost[key+" full"] = true
+					}
+					continue
 				}
+				delete(n.majorityLost, key+" full")
 				data, err := encodeEntry(metaReplaceReplica, replaceReplicaEntry{Stream: s.Name, Partition: i, Old: old, New: best.ID})
 				if err != nil {
 					return
