@@ -143,6 +143,15 @@ func (n *Node) replaceDead() {
 		return
 	}
 	live := alive(n.gossip)
+	// This node is alive, whatever its own gossip table says of it (a
+	// record left suspect by a refuted suspicion must not keep it from
+	// taking replicas).
+	if !slices.ContainsFunc(live, func(m member) bool { return m.ID == n.cfg.NodeID }) {
+		if self, ok := n.catalog.node(n.cfg.NodeID); ok {
+			live = append(live, member{nodeInfo: self, State: "alive"})
+		}
+	}
+	delete(dead, n.cfg.NodeID)
 	load := map[string]int{}
 	for _, s := range n.catalog.streams() {
 		for _, p := range s.Placement {
