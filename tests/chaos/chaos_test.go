@@ -99,7 +99,10 @@ func TestChaos(t *testing.T) {
 	} else {
 		network = "loopback, no network faults (-chaos.netns=false)"
 	}
-	plan := Plan(seed, *runTime, *runNodes, nt != nil)
+	if nt != nil && !nt.HasNetem {
+		network = "network namespaces on a bridge: partitions; no latency/loss (the kernel has no sch_netem)"
+	}
+	plan := Plan(seed, *runTime, *runNodes, nt != nil, nt != nil && nt.HasNetem)
 	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
 		t.Fatal(err)
 	}

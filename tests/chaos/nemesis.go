@@ -66,13 +66,18 @@ func (f Fault) String() string {
 
 // Plan draws faults from seed until duration: each lasts 2-6 s (a
 // replica move longer) and is followed by 3-6 s of healed cluster.
-// Network faults are drawn only with network set. The same seed and
-// setting give the same plan.
-func Plan(seed uint64, duration time.Duration, nodes int, network bool) []Fault {
+// Network faults are drawn only with network set, latency and loss only
+// with netem too. The same seed and settings give the same plan.
+func Plan(seed uint64, duration time.Duration, nodes int, network, netem bool) []Fault {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	kinds := allFaults
 	if network {
-		kinds = append(slices.Clone(allFaults), netFaults...)
+		kinds = slices.Clone(allFaults)
+		for _, k := range netFaults {
+			if k != Latency || netem {
+				kinds = append(kinds, k)
+			}
+		}
 	}
 	var plan []Fault
 	at := 3 * time.Second

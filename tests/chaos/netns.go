@@ -22,6 +22,9 @@ type Net struct {
 	subnet string // first three octets
 	n      int
 
+	// HasNetem says the kernel can add latency and loss (sch_netem).
+	HasNetem bool
+
 	mu     sync.Mutex
 	routes map[[2]int]bool // blackholed: from node, to node
 	netem  map[int]bool
@@ -74,6 +77,12 @@ func NewNet(n int) (*Net, error) {
 			nt.Close()
 			return nil, err
 		}
+	}
+	// netem needs the kernel's sch_netem; without it there are no
+	// latency and loss faults.
+	if ip("netns", "exec", nt.ns(0), "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms") == nil {
+		nt.HasNetem = true
+		ip("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
 	}
 	return nt, nil
 }
