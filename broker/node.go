@@ -60,9 +60,6 @@ type Node struct {
 type localPartition struct {
 	*partition
 	group *cluster.Group
-	// orphanSince is when a replica moved away was first seen without a
-	// leader (reconcile's goroutine only).
-	orphanSince time.Time
 }
 
 // NewNode checks the configuration; Start starts the node.
@@ -254,38 +251,6 @@ func (n *Node) reconcileLoop() {
 // being asked.
 const reconcileEvery = 2 * time.Second
 
-// orphanAfter is how long a replica moved away, whose group still counts
-// it, may go without a leader before the node gives it up: the group went
-// on without it (a removed follower may never hear of its removal).
-const orphanAfter = time.Minute
-
-// keepMovedReplica reports whether a replica that is no longer placed on
-// this node must keep running: as long as its Raft group counts this
-// node as a voter, its copy may be part of the majority that holds the
-// acknowledged messages, and deleting it could lose them (the chaos suite
-// found this: two replicas of a partition moved off nodes that were only
-// suspected dead deleted their copies while still two of its three
-// voters). The group's leader removes it after adding the new replica.
-func (n *Node) keepMovedReplica(lp *localPartition) bool {
-	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-	defer cancel()
-	servers, err := lp.group.Servers(ctx)
-	if err != nil {
-		return true
-	}
-	if !slices.ContainsFunc(servers, func(s cluster.Server) bool { return s.ID == n.cfg.NodeID }) {
-		return false
-	}
-	if id, _ := lp.group.Leader(); id != "" {
-		lp.orphanSince = time.Time{}
-		return true
-	}
-	if lp.orphanSince.IsZero() {
-		lp.orphanSince = time.Now()
-	}
-	return time.Since(lp.orphanSince) < orphanAfter
-}
-
 func (n *Node) reconcile() {
 	want := map[string][]string{}
 	initial := map[string][]string{}
@@ -312,17 +277,22 @@ func (n *Node) reconcile() {
 		}
 	}
 	n.mu.Unlock()
-	var drop []*localPartition
+	type dropped struct {
+		lp     *localPartition
+		remove bool
+	}
+	var drop []dropped
 	for _, lp := range moved {
-		// A deleted stream's partitions go at once; a moved replica
-		// waits for its group to let it go.
-		if n.placementOf(lp.name) != nil && n.keepMovedReplica(lp) {
-			continue
-		}
 		n.mu.Lock()
 		if n.partitions[lp.name] == lp {
 			delete(n.partitions, lp.name)
-			drop = append(drop, lp)
+			// A deleted stream's data goes. A replica moved away stops
+			// its group at once (a copy whose group went on without it
+			// must never campaign with its stale configuration: two such
+			// copies can elect each other over a shorter log) but keeps
+			// its data: it may still be part of the majority that holds
+			// acknowledged messages until the new replica has caught up.
+			drop = append(drop, dropped{lp: lp, remove: n.placementOf(lp.name) == nil})
 		}
 		n.mu.Unlock()
 	}
@@ -332,11 +302,13 @@ func (n *Node) reconcile() {
 		have[name] = true
 	}
 	n.mu.Unlock()
-	for _, lp := range drop {
-		n.logger.Info("replica moved away and out of its group; removing its data", "partition", lp.name)
-		n.closePartition(lp, true)
+	for _, d := range drop {
+		if !d.remove {
+			n.logger.Info("replica moved away; its group stops here, its data stays on disk", "partition", d.lp.name)
+		}
+		n.closePartition(d.lp, d.remove)
 		if n.gossip != nil {
-			n.gossip.forget(lp.name)
+			n.gossip.forget(d.lp.name)
 		}
 	}
 	for name, replicas := range want {
