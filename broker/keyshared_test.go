@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -39,72 +38,13 @@ func startNodeWith(t *testing.T, dir string, tweak func(*broker.Config)) *broker
 	return n
 }
 
-// consumeKeys receives on a consumer until ctx ends, recording and acking
-// each message unless hold says to keep it.
-func consumeKeys(ctx context.Context, cons *client.Consumer, l *checker.KeyHistory, hold func(*client.Message) bool) {
-	for {
-		m, err := cons.Receive(ctx)
-		if err != nil {
-			return
-		}
-		l.Received(checker.Delivery{Consumer: cons.Name(), Key: m.Key, Seq: seqOf(m), Offset: m.ID.Offset, Redelivery: m.RedeliveryCount})
-		if hold != nil && hold(m) {
-			continue
-		}
-		l.Released(cons.Name(), m.Key)
-		cons.Ack(ctx, m)
-	}
-}
-
-// seqOf returns a message's place in its key's send order: payloads are
-// "KEY SEQ".
-func seqOf(m *client.Message) int {
-	var key string
-	var seq int
-	fmt.Sscanf(string(m.Payload), "%s %d", &key, &seq)
-	return seq
-}
-
-// perKey is what a check expects: n messages for each key.
-func perKey(keys []string, n int) map[string]int {
-	out := make(map[string]int, len(keys))
-	for _, k := range keys {
-		out[k] = n
-	}
-	return out
-}
-
 // produceKeys sends perKey messages for each of keys, round robin over the
 // keys, payload "KEY SEQ".
 func produceKeys(ctx context.Context, t *testing.T, p *client.Producer, keys []string, from, to int) {
 	t.Helper()
-	var failed error
-	var mu sync.Mutex
-	for seq := from; seq < to; seq++ {
-		for _, k := range keys {
-			p.SendAsync(ctx, &client.ProducerMessage{Key: k, Payload: fmt.Appendf(nil, "%s %d", k, seq)}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
-				if err != nil {
-					mu.Lock()
-					failed = err
-					mu.Unlock()
-				}
-			})
-		}
-	}
-	if err := p.Flush(ctx); err != nil {
+	if _, err := checker.Produce(ctx, p, keys, from, to); err != nil {
 		t.Fatal(err)
 	}
-	if failed != nil {
-		t.Fatal(failed)
-	}
-}
-
-func keyNames(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("key-%d", i)
-	}
-	return keys
 }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -144,19 +84,19 @@ func TestKeySharedSpreadsKeysInOrder(t *testing.T) {
 		}
 		defer cons.Close()
 		wg.Add(1)
-		go func() { defer wg.Done(); consumeKeys(rctx, cons, l, nil) }()
+		go func() { defer wg.Done(); checker.Consume(rctx, cons, l, nil) }()
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream}) // mixed-key batches
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := keyNames(300)
+	keys := checker.Keys(300)
 	const each = 10
 	produceKeys(ctx, t, p, keys, 0, each)
 	waitFor(t, ctx, "every message", func() bool { return l.Len() >= len(keys)*each })
 	stop()
 	wg.Wait()
-	if err := l.CheckOrder(perKey(keys, each)); err != nil {
+	if err := l.CheckOrder(checker.Each(keys, each)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.CheckSticky(); err != nil {
@@ -190,7 +130,7 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
-	keys := keyNames(300)
+	keys := checker.Keys(300)
 	names := []string{"c1", "c2", "c3"}
 	before := subscription.NewAutoSplit(names)
 	after := subscription.NewAutoSplit(append(slices.Clone(names), "c4"))
@@ -223,7 +163,7 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			consumeKeys(rctx, cons, l, func(m *client.Message) bool {
+			checker.Consume(rctx, cons, l, func(m *client.Message) bool {
 				select {
 				case <-release:
 					return false
@@ -282,7 +222,7 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 	waitFor(t, ctx, "every message", func() bool { return l.Len() >= 3*len(keys) })
 	stop()
 	wg.Wait()
-	if err := l.CheckOrder(perKey(keys, 3)); err != nil {
+	if err := l.CheckOrder(checker.Each(keys, 3)); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range l.Deliveries() {

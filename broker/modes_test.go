@@ -216,12 +216,12 @@ func TestKeySharedLookAheadIsBounded(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); consumeKeys(rctx, fast, l, nil) }()
+	go func() { defer wg.Done(); checker.Consume(rctx, fast, l, nil) }()
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := keyNames(20)
+	keys := checker.Keys(20)
 	const each = 20
 	produceKeys(ctx, t, p, keys, 0, each)
 	// slow took one message and has no permits: its keys are blocked, and
@@ -239,11 +239,11 @@ func TestKeySharedLookAheadIsBounded(t *testing.T) {
 		t.Fatalf("fast received all its %d messages: the read did not stop at the look-ahead limit", got)
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); consumeKeys(rctx, slow, l, nil) }()
+	go func() { defer wg.Done(); checker.Consume(rctx, slow, l, nil) }()
 	waitFor(t, ctx, "every message", func() bool { return l.Len() >= len(keys)*each })
 	stop()
 	wg.Wait()
-	if err := l.CheckOrder(perKey(keys, each)); err != nil {
+	if err := l.CheckOrder(checker.Each(keys, each)); err != nil {
 		t.Fatal(err)
 	}
 }

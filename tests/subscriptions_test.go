@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -462,80 +461,14 @@ func TestClusterFailover(t *testing.T) {
 	}
 }
 
-// keyed sends rounds [from, to) of one message per key, payload "KEY SEQ",
-// and returns the acknowledged ids and the first failure.
-func keyed(ctx context.Context, p *client.Producer, keys []string, from, to int) ([]client.MessageID, error) {
-	var mu sync.Mutex
-	var ids []client.MessageID
-	var failed error
-	for seq := from; seq < to; seq++ {
-		for _, k := range keys {
-			p.SendAsync(ctx, &client.ProducerMessage{Key: k, Payload: fmt.Appendf(nil, "%s %d", k, seq)}, func(id client.MessageID, _ *client.ProducerMessage, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					failed = cmp.Or(failed, err)
-					return
-				}
-				ids = append(ids, id)
-			})
-		}
-	}
-	err := p.Flush(ctx)
-	mu.Lock()
-	defer mu.Unlock()
-	return ids, cmp.Or(failed, err)
-}
-
 // mustKeyed is keyed for the test's goroutine.
 func mustKeyed(ctx context.Context, t *testing.T, p *client.Producer, keys []string, from, to int) []client.MessageID {
 	t.Helper()
-	ids, err := keyed(ctx, p, keys, from, to)
+	ids, err := checker.Produce(ctx, p, keys, from, to)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ids
-}
-
-// seqOf returns a message's place in its key's send order.
-func seqOf(m *client.Message) int {
-	var key string
-	var seq int
-	fmt.Sscanf(string(m.Payload), "%s %d", &key, &seq)
-	return seq
-}
-
-func keyNames(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("key-%d", i)
-	}
-	return keys
-}
-
-// keyConsumer receives into a history until ctx ends, acking each message
-// unless hold keeps it.
-func keyConsumer(ctx context.Context, cons *client.Consumer, h *checker.KeyHistory, hold func(*client.Message) bool) {
-	for {
-		m, err := cons.Receive(ctx)
-		if err != nil {
-			return
-		}
-		h.Received(checker.Delivery{Consumer: cons.Name(), Key: m.Key, Seq: seqOf(m), Offset: m.ID.Offset, Redelivery: m.RedeliveryCount})
-		if hold != nil && hold(m) {
-			continue
-		}
-		h.Released(cons.Name(), m.Key)
-		cons.Ack(ctx, m) // a lost ack means a redelivery, which the checks allow
-	}
-}
-
-func each(keys []string, n int) map[string]int {
-	out := map[string]int{}
-	for _, k := range keys {
-		out[k] = n
-	}
-	return out
 }
 
 // KS-3, KS-7 on three nodes: 300 keys over 3 consumers, each key on one
@@ -551,7 +484,7 @@ func TestClusterKeyShared(t *testing.T) {
 	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	keys := keyNames(300)
+	keys := checker.Keys(300)
 	before := subscription.NewAutoSplit([]string{"k1", "k2", "k3"})
 	after := subscription.NewAutoSplit([]string{"k1", "k2", "k3", "k4"})
 	moving := map[string]bool{}
@@ -575,7 +508,7 @@ func TestClusterKeyShared(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			keyConsumer(rctx, cons, h, func(m *client.Message) bool {
+			checker.Consume(rctx, cons, h, func(m *client.Message) bool {
 				select {
 				case <-release:
 					return false
@@ -628,8 +561,8 @@ func TestClusterKeyShared(t *testing.T) {
 		}
 	}
 	heldMu.Unlock()
-	eventually(ctx, t, "every message", func() bool { return h.Missing(each(keys, 3)) == 0 })
-	if err := h.CheckOrder(each(keys, 3)); err != nil {
+	eventually(ctx, t, "every message", func() bool { return h.Missing(checker.Each(keys, 3)) == 0 })
+	if err := h.CheckOrder(checker.Each(keys, 3)); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range h.Deliveries() {
@@ -720,7 +653,7 @@ func TestClusterRolesSurviveLeaderKill(t *testing.T) {
 	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	keys := keyNames(100)
+	keys := checker.Keys(100)
 	h := checker.NewKeyHistory()
 	var foMu sync.Mutex
 	foGot := map[string][]uint64{} // failover consumer → offsets, in order
@@ -758,7 +691,7 @@ func TestClusterRolesSurviveLeaderKill(t *testing.T) {
 		}
 		t.Cleanup(func() { fo.Close() })
 		wg.Add(2)
-		go func() { defer wg.Done(); keyConsumer(rctx, ks, h, nil) }()
+		go func() { defer wg.Done(); checker.Consume(rctx, ks, h, nil) }()
 		go func() {
 			defer wg.Done()
 			for {
@@ -800,7 +733,7 @@ func TestClusterRolesSurviveLeaderKill(t *testing.T) {
 	}
 	more := make(chan result, 1)
 	go func() {
-		ids, err := keyed(ctx, p, keys, 5, 10)
+		ids, err := checker.Produce(ctx, p, keys, 5, 10)
 		more <- result{ids, err}
 	}()
 	// The keys of k1 and k2 flow while k3 is away: only k3's keys wait.
@@ -824,10 +757,10 @@ func TestClusterRolesSurviveLeaderKill(t *testing.T) {
 		t.Fatalf("a send failed across the failover: %v", r.err)
 	}
 	sent = append(sent, r.ids...)
-	eventually(ctx, t, "every message after the failover", func() bool { return h.Missing(each(keys, 10)) == 0 })
+	eventually(ctx, t, "every message after the failover", func() bool { return h.Missing(checker.Each(keys, 10)) == 0 })
 	t.Logf("leader %s killed; %d messages acknowledged; other keys flowed %v after the kill; k3 and %s let back in after %v; all caught up after %v",
 		victim.id, len(sent), resumed.Round(time.Millisecond), master, released.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-	if err := h.CheckOrder(each(keys, 10)); err != nil {
+	if err := h.CheckOrder(checker.Each(keys, 10)); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.CheckSticky(); err != nil {
