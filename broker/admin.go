@@ -218,7 +218,8 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		}
 		pi := transport.PartitionInfo{Partition: int32(i), Replicas: meta.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
 		if lp, ok := s.n.partition(p.String()); ok {
-			pi.Leader, _ = lp.group.Leader()
+			id, _ := lp.group.Leader()
+			pi.Leader = nodeOfReplica(id)
 			li := lp.log.Info()
 			pi.StartOffset, pi.NextOffset = li.StartOffset, li.NextOffset
 			pi.Subscriptions = lp.describeSubscriptions()

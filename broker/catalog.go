@@ -42,6 +42,33 @@ type streamMeta struct {
 	// replicas bootstrap the partition's group; later ones join it. A
 	// partition's entry is cleared when one of its replicas moves.
 	Initial [][]string `msgpack:"in"`
+	// Since[i][j] is the Raft index of the metadata entry that placed
+	// Placement[i][j] on its node: 0 for the initial placement. It makes
+	// the replica's identity in the partition's Raft group (replicaID), so
+	// a node given a partition back is a new member with an empty copy,
+	// never its old copy with the old copy's stale configuration. Missing
+	// entries (catalogs written before it existed) are 0.
+	Since [][]uint64 `msgpack:"si,omitempty"`
+}
+
+// since returns when replica j of partition i was placed (see Since).
+func (s *streamMeta) since(i, j int) uint64 {
+	if i < len(s.Since) && j < len(s.Since[i]) {
+		return s.Since[i][j]
+	}
+	return 0
+}
+
+// replicaIDs returns the Raft server ids of partition i's replicas.
+func (s *streamMeta) replicaIDs(i int) []string {
+	if i >= len(s.Placement) {
+		return nil
+	}
+	ids := make([]string, len(s.Placement[i]))
+	for j, node := range s.Placement[i] {
+		ids[j] = replicaID(node, s.since(i, j))
+	}
+	return ids
 }
 
 // replaceReplicaEntry moves one replica of a partition to another node.
@@ -130,7 +157,7 @@ func (c *catalog) Apply(l *raft.Log) any {
 	case metaReplaceReplica:
 		var e replaceReplicaEntry
 		if err = msgpack.Unmarshal(body, &e); err == nil {
-			res = c.replaceLocked(e)
+			res = c.replaceLocked(e, l.Index)
 		}
 	default:
 		c.mu.Unlock()
@@ -183,7 +210,7 @@ func (c *catalog) Restore(rc io.ReadCloser) error {
 
 // replaceLocked applies a replica move; it reports whether it changed
 // anything (the stream may be gone, or the move already done).
-func (c *catalog) replaceLocked(e replaceReplicaEntry) bool {
+func (c *catalog) replaceLocked(e replaceReplicaEntry, index uint64) bool {
 	s := c.state.Streams[e.Stream]
 	if s == nil || e.Partition < 0 || e.Partition >= len(s.Placement) {
 		return false
@@ -198,6 +225,15 @@ func (c *catalog) replaceLocked(e replaceReplicaEntry) bool {
 	placement := slices.Clone(s.Placement)
 	placement[e.Partition] = p
 	s.Placement = placement
+	since := make([][]uint64, len(s.Placement))
+	for k := range since {
+		since[k] = make([]uint64, len(s.Placement[k]))
+		for j := range since[k] {
+			since[k][j] = s.since(k, j)
+		}
+	}
+	since[e.Partition][i] = index
+	s.Since = since
 	// The partition's group exists now: no replica may bootstrap it
 	// again. A node that was an initial replica, lost its copy when moved
 	// away and is given the partition back later would otherwise start a

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -37,5 +38,16 @@ func TestReplicaMoveEndsBootstrap(t *testing.T) {
 	}
 	if len(s.Initial[1]) != 3 {
 		t.Fatalf("partition 1 never moved; its initial replicas are %v", s.Initial[1])
+	}
+	// n4 was given partition 0 back at index 3: a new member of the
+	// group, not the one it was.
+	if got, want := s.replicaIDs(0), []string{"n3", "n1@2", "n4@3"}; !slices.Equal(got, want) {
+		t.Fatalf("members of partition 0: %v, want %v", got, want)
+	}
+	if got, want := s.replicaIDs(1), []string{"n1", "n2", "n3"}; !slices.Equal(got, want) {
+		t.Fatalf("members of partition 1: %v, want %v", got, want)
+	}
+	if nodeOfReplica("n4@3") != "n4" || nodeOfReplica("n4") != "n4" {
+		t.Fatal("nodeOfReplica does not strip the placement index")
 	}
 }

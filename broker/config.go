@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -172,6 +173,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.NodeID == "":
 		return errors.New("broker: NodeID is required")
+	case strings.Contains(c.NodeID, "@"):
+		return fmt.Errorf("broker: NodeID %q has an @, which partition groups use to tell a node's placements apart", c.NodeID)
 	case c.DataDir == "":
 		return errors.New("broker: DataDir is required")
 	case c.BootstrapExpect < 1:

@@ -329,7 +329,13 @@ func (n *Node) balanceLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
-		if err := lp.group.TransferLeadershipTo(ctx, move.to, info.RaftAddr); err != nil {
+		to := move.to
+		for _, id := range n.replicasOf(move.partition) {
+			if nodeOfReplica(id) == move.to {
+				to = id
+			}
+		}
+		if err := lp.group.TransferLeadershipTo(ctx, to, info.RaftAddr); err != nil {
 			n.logger.Debug("leader balancing transfer failed", "partition", move.partition, "to", move.to, "err", err)
 		} else {
 			n.logger.Info("leadership handed over to even out leaders", "partition", move.partition, "to", move.to)

@@ -60,6 +60,8 @@ type Node struct {
 type localPartition struct {
 	*partition
 	group *cluster.Group
+	// replica is this node's server id in the group (replicaID).
+	replica string
 }
 
 // NewNode checks the configuration; Start starts the node.
@@ -232,7 +234,7 @@ func (n *Node) requestReconcile() {
 // closes those it no longer does.
 func (n *Node) reconcileLoop() {
 	defer n.wg.Done()
-	// A replica moved away is closed once its group has removed it, which
+	// A copy set aside goes once the group has removed its member, which
 	// no catalog change announces: look again now and then.
 	tick := time.NewTicker(reconcileEvery)
 	defer tick.Stop()
@@ -252,8 +254,9 @@ func (n *Node) reconcileLoop() {
 const reconcileEvery = 2 * time.Second
 
 func (n *Node) reconcile() {
-	want := map[string][]string{}
-	initial := map[string][]string{}
+	want := map[string][]string{}    // partition → its replicas' server ids
+	initial := map[string][]string{} // partition → its initial replicas
+	self := map[string]string{}      // partition → this node's server id
 	for _, s := range n.catalog.streams() {
 		st, err := geofabric.ParseStream(s.Name)
 		if err != nil {
@@ -261,18 +264,26 @@ func (n *Node) reconcile() {
 			continue
 		}
 		for i, p := range st.Partitions(s.Partitions) {
-			if i < len(s.Placement) && slices.Contains(s.Placement[i], n.cfg.NodeID) {
-				want[p.String()] = s.Placement[i]
-				if i < len(s.Initial) {
-					initial[p.String()] = s.Initial[i]
-				}
+			if i >= len(s.Placement) {
+				continue
+			}
+			j := slices.Index(s.Placement[i], n.cfg.NodeID)
+			if j < 0 {
+				continue
+			}
+			want[p.String()] = s.replicaIDs(i)
+			self[p.String()] = replicaID(n.cfg.NodeID, s.since(i, j))
+			if i < len(s.Initial) {
+				initial[p.String()] = s.Initial[i]
 			}
 		}
 	}
 	n.mu.Lock()
 	var moved []*localPartition
 	for name, lp := range n.partitions {
-		if _, ok := want[name]; !ok {
+		// A replica moved away, or moved away and given back (a new
+		// member of the group, which starts from an empty copy).
+		if id, ok := self[name]; !ok || id != lp.replica {
 			moved = append(moved, lp)
 		}
 	}
@@ -292,7 +303,7 @@ func (n *Node) reconcile() {
 			// copies can elect each other over a shorter log) but keeps
 			// its data: it may still be part of the majority that holds
 			// acknowledged messages until the new replica has caught up.
-			drop = append(drop, dropped{lp: lp, remove: n.placementOf(lp.name) == nil})
+			drop = append(drop, dropped{lp: lp, remove: n.replicasOf(lp.name) == nil})
 		}
 		n.mu.Unlock()
 	}
@@ -315,7 +326,7 @@ func (n *Node) reconcile() {
 		if have[name] {
 			continue
 		}
-		lp, err := n.openPartition(name, replicas, initial[name])
+		lp, err := n.openPartition(name, self[name], replicas, initial[name])
 		if err != nil {
 			n.logger.Error("cannot open partition", "partition", name, "err", err)
 			continue
@@ -340,19 +351,20 @@ func (n *Node) reconcile() {
 	}
 	n.mu.Unlock()
 	for _, lp := range leading {
-		placement, ok := want[lp.name]
+		replicas, ok := want[lp.name]
 		if !ok {
-			placement = n.placementOf(lp.name)
+			replicas = n.replicasOf(lp.name)
 		}
-		if len(placement) > 0 {
-			n.reconcileReplicas(lp, placement)
+		if len(replicas) > 0 {
+			n.reconcileReplicas(lp, replicas)
 		}
 	}
+	n.removeRetiredCopies()
 }
 
-// placementOf returns a partition's replicas from the catalog, nil if the
-// stream is gone.
-func (n *Node) placementOf(partition string) []string {
+// replicasOf returns the server ids of a partition's replicas from the
+// catalog, nil if the stream is gone.
+func (n *Node) replicasOf(partition string) []string {
 	pn, err := geofabric.ParsePartition(partition)
 	if err != nil {
 		return nil
@@ -361,19 +373,17 @@ func (n *Node) placementOf(partition string) []string {
 	if !ok {
 		return nil
 	}
-	if i := pn.Number(); i < len(s.Placement) {
-		return s.Placement[i]
-	}
-	return nil
+	return s.replicaIDs(pn.Number())
 }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
-// leads match its placement. Replicas on nodes that are gone are removed
-// first (they count in no majority), then placed replicas missing (or at a
-// new address) are added, then live replicas no longer placed are removed,
-// so the group never has fewer live replicas than its majority needs
-// because of the change itself.
-func (n *Node) reconcileReplicas(lp *localPartition, placement []string) {
+// leads match its replicas (server ids, see replicaID). Members no longer
+// placed go first: a replica moved away stops its group as soon as its
+// node learns of the move, so it counts in no majority, and a node given
+// a partition back joins as a new member at the address of the old one,
+// which the group takes only once the old member is gone. Then the
+// missing replicas (or those at a new address) are added.
+func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
 	servers, err := lp.group.Servers(ctx)
@@ -384,37 +394,28 @@ func (n *Node) reconcileReplicas(lp *localPartition, placement []string) {
 	for _, s := range servers {
 		have[s.ID] = s.Address
 	}
-	remove := func(gone func(id string) bool) bool {
-		for id := range have {
-			if slices.Contains(placement, id) || !gone(id) {
-				continue
-			}
-			if err := lp.group.RemoveServer(ctx, id); err != nil {
-				n.logger.Warn("removing a replica failed", "partition", lp.name, "node", id, "err", err)
-				return false
-			}
-			delete(have, id)
-			n.logger.Info("replica removed", "partition", lp.name, "node", id)
+	for id := range have {
+		if slices.Contains(replicas, id) || id == lp.replica {
+			continue
 		}
-		return true
+		if err := lp.group.RemoveServer(ctx, id); err != nil {
+			n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", id, "err", err)
+			return
+		}
+		delete(have, id)
+		n.logger.Info("replica removed", "partition", lp.name, "replica", id)
 	}
-	// Replicas on nodes that are not alive go first: adding a voter while
-	// a dead one still counts would need the newcomer to commit anything.
-	if !remove(func(id string) bool { return n.nodeState(id) != "alive" }) {
-		return
-	}
-	for _, id := range placement {
-		info, ok := n.catalog.node(id)
+	for _, id := range replicas {
+		info, ok := n.catalog.node(nodeOfReplica(id))
 		if !ok || have[id] == info.RaftAddr {
 			continue
 		}
 		if err := lp.group.AddVoter(ctx, id, info.RaftAddr); err != nil {
-			n.logger.Warn("adding a replica failed", "partition", lp.name, "node", id, "err", err)
+			n.logger.Warn("adding a replica failed", "partition", lp.name, "replica", id, "err", err)
 			return
 		}
-		n.logger.Info("replica added", "partition", lp.name, "node", id, "addr", info.RaftAddr)
+		n.logger.Info("replica added", "partition", lp.name, "replica", id, "addr", info.RaftAddr)
 	}
-	remove(func(string) bool { return true })
 }
 
 // partitionDir is where a partition's data lives: names are validated, so
@@ -428,12 +429,15 @@ func (n *Node) partitionDir(name string) string {
 	return filepath.Join(n.cfg.DataDir, "partitions", p.Stream.Tenant, p.Stream.Fabric, leaf)
 }
 
-// openPartition opens a partition placed on this node. A replica of the
-// stream's initial placement bootstraps the group with the others (all of
-// them with the same configuration); a replica placed later waits for the
-// leader to add it.
-func (n *Node) openPartition(name string, replicas, initial []string) (*localPartition, error) {
+// openPartition opens a partition placed on this node as the member self
+// of its group. A replica of the stream's initial placement bootstraps the
+// group with the others (all of them with the same configuration); a
+// replica placed later waits for the leader to add it.
+func (n *Node) openPartition(name, self string, replicas, initial []string) (*localPartition, error) {
 	dir := n.partitionDir(name)
+	if err := n.claimPartitionDir(dir, self); err != nil {
+		return nil, err
+	}
 	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{Logger: n.logger.With("partition", name)})
 	if err != nil {
 		return nil, err
@@ -455,7 +459,9 @@ func (n *Node) openPartition(name string, replicas, initial []string) (*localPar
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
-	g, err := cluster.OpenGroup(n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot))
+	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
+	gcfg.NodeID = self
+	g, err := cluster.OpenGroup(gcfg)
 	if err != nil {
 		log.Close()
 		return nil, err
@@ -465,7 +471,7 @@ func (n *Node) openPartition(name string, replicas, initial []string) (*localPar
 	}
 	var servers []cluster.Server
 	for _, id := range replicas {
-		info, ok := n.catalog.node(id)
+		info, ok := n.catalog.node(nodeOfReplica(id))
 		if !ok {
 			g.Close()
 			log.Close()
@@ -494,7 +500,7 @@ func (n *Node) openPartition(name string, replicas, initial []string) (*localPar
 	}
 	target.Store(p)
 	p.start()
-	return &localPartition{partition: p, group: g}, nil
+	return &localPartition{partition: p, group: g, replica: self}, nil
 }
 
 // closePartition stops a partition; with remove its data goes too.
@@ -508,8 +514,12 @@ func (n *Node) closePartition(lp *localPartition, remove bool) {
 		n.logger.Warn("closing partition log", "partition", lp.name, "err", err)
 	}
 	if remove {
-		if err := os.RemoveAll(n.partitionDir(lp.name)); err != nil {
-			n.logger.Warn("removing partition data", "partition", lp.name, "err", err)
+		dir := n.partitionDir(lp.name)
+		retired, _ := filepath.Glob(dir + "@*")
+		for _, d := range append(retired, dir) {
+			if err := os.RemoveAll(d); err != nil {
+				n.logger.Warn("removing partition data", "partition", lp.name, "dir", d, "err", err)
+			}
 		}
 	}
 }
@@ -518,6 +528,7 @@ func (n *Node) closePartition(lp *localPartition, remove bool) {
 // client address, or ServiceNotReady while there is no leader.
 func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	id, _ := g.Leader()
+	id = nodeOfReplica(id)
 	if id == "" {
 		return wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
@@ -545,7 +556,7 @@ func (n *Node) nodeState(id string) string {
 func (n *Node) leaderOf(name string) (string, uint64) {
 	if lp, ok := n.partition(name); ok {
 		if id, _ := lp.group.Leader(); id != "" {
-			return id, lp.group.Term()
+			return nodeOfReplica(id), lp.group.Term()
 		}
 	}
 	if n.gossip != nil {

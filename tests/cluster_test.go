@@ -3,7 +3,11 @@ package tests
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -476,5 +480,101 @@ func TestClusterNodeMovesAddress(t *testing.T) {
 	waitIdentical(ctx, t, nodes, stream)
 	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after")}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A replica moved off a dead node and later given back to that node,
+// alive again, joins its partition's group as a new member: it starts from
+// an empty copy and catches up, its old copy (with a Raft configuration
+// the group has left behind) is never opened again and goes once the
+// group has removed the old member, and no acknowledged message is lost.
+func TestClusterReplicaGivenBack(t *testing.T) {
+	nodes := startCluster(t, 4, "--replace-dead-after", "2s")
+	ctx := testContext(t, 4*time.Minute)
+	const stream = "persistent://acme/prod/back"
+	c := newClient(t, clusterURL(nodes))
+	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	replicas := func() []string {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil || len(st.Partitions) != 1 || st.Partitions[0].Leader == "" {
+			return nil
+		}
+		var ids []string
+		for _, r := range st.Partitions[0].Replicas {
+			ids = append(ids, r.Node)
+		}
+		return ids
+	}
+	// waitPlaced waits until the partition's replicas are on want (in any
+	// order) with a leader among them.
+	waitPlaced := func(want []string) {
+		t.Helper()
+		for {
+			got := slices.Clone(replicas())
+			slices.Sort(got)
+			w := slices.Sorted(slices.Values(want))
+			if slices.Equal(got, w) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("replicas %v, want %v", got, w)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	var placed []string
+	for placed == nil {
+		placed = replicas()
+	}
+	var spare *clusterNode
+	for _, n := range nodes {
+		if !slices.Contains(placed, n.id) {
+			spare = n
+		}
+	}
+	first := byID(nodes, placed[2])
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]client.MessageID{}
+	send := func(prefix string) {
+		t.Helper()
+		got, failed := produce(ctx, p, 500, 0, prefix, nil)
+		if len(failed) > 0 {
+			t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+		}
+		maps.Copy(acked, got)
+	}
+	send("a")
+	// The first node dies; its replica moves to the spare.
+	first.kill()
+	waitPlaced([]string{placed[0], placed[1], spare.id})
+	send("b")
+	// It comes back; the spare dies and the replica goes back to it, the
+	// only live node without one.
+	first.restart(t)
+	spare.kill()
+	waitPlaced(placed)
+	send("c")
+	live := []*clusterNode{byID(nodes, placed[0]), byID(nodes, placed[1]), first}
+	waitIdentical(ctx, t, live, stream)
+	readAll(ctx, t, c, stream, acked)
+	// Its copy belongs to the new member; the old one goes.
+	root := filepath.Join(first.dir, "partitions", "acme", "prod")
+	for {
+		dirs, _ := filepath.Glob(filepath.Join(root, "*"))
+		owner, _ := os.ReadFile(filepath.Join(root, "back", "replica"))
+		if len(dirs) == 1 && strings.HasPrefix(string(owner), first.id+"@") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("copies on %s: %v, the current one belongs to %q", first.id, dirs, owner)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

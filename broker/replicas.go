@@ -1,0 +1,156 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// A partition's data directory belongs to one member of its group: the
+// replicaMarker file in it names that member's server id (replicaID; a
+// directory without one belongs to the node's initial-placement member).
+// When the node opens the partition as another member, because it was
+// moved away and given the partition back, the old copy is set aside as
+// DIR@OLD-ID (names never hold "@") and the new member starts empty: the
+// old copy's Raft state knows a configuration the group has left behind,
+// and two such copies could elect each other over a shorter log.
+//
+// A copy set aside is deleted once the running member's configuration
+// shows the group has removed the old member (removeRetiredCopies): until
+// then the old copy may hold acknowledged entries a majority counts on.
+const replicaMarker = "replica"
+
+// replicaID is a replica's server id in its partition's Raft group: the
+// node id for a replica of the initial placement, the node id, "@" and
+// the index of the move that placed it for a replica moved in later. Each
+// placement of a node is a new member of the group, so a node that held a
+// partition, was moved away and is given it back neither rejoins with its
+// old copy nor is mistaken for the member it was (that member is removed
+// from the group first: two members cannot share an address).
+func replicaID(node string, since uint64) string {
+	if since == 0 {
+		return node
+	}
+	return fmt.Sprintf("%s@%d", node, since)
+}
+
+// nodeOfReplica returns the node id of a replica's server id.
+func nodeOfReplica(id string) string {
+	node, _, _ := strings.Cut(id, "@")
+	return node
+}
+
+// claimPartitionDir makes dir the data directory of member self, setting
+// aside a copy that belongs to another member.
+func (n *Node) claimPartitionDir(dir, self string) error {
+	owner, err := dirOwner(dir, n.cfg.NodeID)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case owner == self:
+		return nil
+	default:
+		// Each member id names one placement, so no copy of owner can
+		// have been set aside before.
+		aside := dir + "@" + owner
+		if _, err := os.Stat(aside); err == nil {
+			return fmt.Errorf("broker: %s holds a copy of member %s, and so does %s", dir, owner, aside)
+		}
+		if err := os.Rename(dir, aside); err != nil {
+			return fmt.Errorf("broker: setting aside the copy of member %s: %w", owner, err)
+		}
+		n.logger.Info("partition given back: the old copy is set aside, the new member starts empty", "dir", dir, "old", owner, "new", self)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return writeFileSync(filepath.Join(dir, replicaMarker), []byte(self+"\n"))
+}
+
+// dirOwner returns the member a partition directory belongs to.
+func dirOwner(dir, node string) (string, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, replicaMarker))
+	if errors.Is(err, os.ErrNotExist) {
+		return node, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// writeFileSync writes a small file and syncs it and its directory.
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// removeRetiredCopies deletes the copies set aside by claimPartitionDir
+// whose member the group has removed, as this node's running member of
+// the group sees its configuration.
+func (n *Node) removeRetiredCopies() {
+	n.mu.Lock()
+	parts := make([]*localPartition, 0, len(n.partitions))
+	for _, lp := range n.partitions {
+		parts = append(parts, lp)
+	}
+	n.mu.Unlock()
+	for _, lp := range parts {
+		dir := n.partitionDir(lp.name)
+		aside, _ := filepath.Glob(dir + "@*")
+		if len(aside) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+		servers, err := lp.group.Servers(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		var ids []string
+		for _, s := range servers {
+			ids = append(ids, s.ID)
+		}
+		if !slices.Contains(ids, lp.replica) {
+			continue // not a member yet: the configuration is not the group's
+		}
+		for _, d := range aside {
+			old := strings.TrimPrefix(d, dir+"@")
+			if slices.Contains(ids, old) {
+				continue
+			}
+			if err := os.RemoveAll(d); err != nil {
+				n.logger.Warn("removing a retired copy", "dir", d, "err", err)
+				continue
+			}
+			n.logger.Info("retired copy removed: the group has removed its member", "partition", lp.name, "member", old)
+		}
+	}
+}
