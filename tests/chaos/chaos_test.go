@@ -61,10 +61,12 @@ type summary struct {
 	// offsets, no duplicate from producer retries), and for key_shared and
 	// failover the order check (per key; per partition, with one consumer
 	// holding it at a time).
-	Queue    map[string]QueueResult    `json:"queue"`
-	Appends  map[string]AppendsResult  `json:"appends"`
-	Order    map[string]KeyOrderResult `json:"order"`
-	Replicas ReplicasResult            `json:"replicas"`
+	Queue   map[string]QueueResult    `json:"queue"`
+	Appends map[string]AppendsResult  `json:"appends"`
+	Order   map[string]KeyOrderResult `json:"order"`
+	// Cursors: per workload, no ack that returned ok is undone.
+	Cursors  map[string]CursorResult `json:"cursors"`
+	Replicas ReplicasResult          `json:"replicas"`
 }
 
 // TestChaos runs three workloads — a shared queue, a key_shared keyed
@@ -185,19 +187,16 @@ func TestChaos(t *testing.T) {
 	hcancel()
 	// Drain: consumers go on until every acknowledged send arrived, or
 	// nothing new arrived for a minute.
-	last, lastLen := time.Now(), 0
+	var undelivered Undelivered
+	last, lastCount := time.Now(), 0
 	tick := time.NewTicker(200 * time.Millisecond)
 	for range tick.C {
-		ops := h.Ops()
-		undelivered := 0
-		for _, w := range workloads {
-			undelivered += w.Undelivered(ops)
-		}
-		if undelivered == 0 || time.Since(last) > time.Minute || ctx.Err() != nil {
+		missing, count := undelivered.Update(h)
+		if missing == 0 || time.Since(last) > time.Minute || ctx.Err() != nil {
 			break
 		}
-		if len(ops) != lastLen {
-			last, lastLen = time.Now(), len(ops)
+		if count != lastCount {
+			last, lastCount = time.Now(), count
 		}
 	}
 	tick.Stop()
@@ -212,13 +211,16 @@ func TestChaos(t *testing.T) {
 	ops := h.Ops()
 	s := summary{Seed: seed, Nodes: *runNodes, Duration: runTime.String(), Faults: faults,
 		Network: network,
-		Queue:   map[string]QueueResult{}, Appends: map[string]AppendsResult{}, Order: map[string]KeyOrderResult{}}
+		Queue:   map[string]QueueResult{}, Appends: map[string]AppendsResult{}, Order: map[string]KeyOrderResult{},
+		Cursors: map[string]CursorResult{}}
 	s.Valid = nerr == nil && herr == nil
 	for _, w := range workloads {
 		own := w.own(ops)
 		q, a := CheckQueue(own), CheckAppends(own, time.Minute)
 		s.Queue[w.Stream], s.Appends[w.Stream] = q, a
-		s.Valid = s.Valid && q.Valid && a.Valid
+		cur := CheckCursors(own, receiverQueue)
+		s.Cursors[w.Stream] = cur
+		s.Valid = s.Valid && q.Valid && a.Valid && cur.Valid
 		if w.Mode == client.KeyShared || w.Mode == client.Failover {
 			o := CheckKeyOrder(own)
 			s.Order[w.Stream] = o
@@ -263,4 +265,15 @@ func TestChaos(t *testing.T) {
 	}
 	cl.Shutdown()
 	os.RemoveAll(filepath.Join(runDir, "data")) // a valid run keeps its history and logs, not its data
+}
+
+// own returns the workload's operations.
+func (w Workload) own(ops []Op) []Op {
+	var out []Op
+	for _, op := range ops {
+		if op.Process >= w.FirstProcess && op.Process < w.FirstProcess+w.Producers+w.Consumers {
+			out = append(out, op)
+		}
+	}
+	return out
 }

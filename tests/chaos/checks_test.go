@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -99,5 +100,83 @@ func TestAppendsCheckerCatches(t *testing.T) {
 	dup := append(sendOp("a", 0, 10, 0), Op{F: "receive", Kind: OK, Value: "a", Offset: 1, Time: 50})
 	if r := CheckAppends(dup, 10*time.Second); r.Valid || r.DuplicateAppends != 1 {
 		t.Fatalf("a message stored twice: %+v", r)
+	}
+}
+
+// A send called after another returned yet stored below it, the two more
+// than a porcupine window apart: the sweep over the whole history must
+// catch what no single window holds.
+func TestAppendsCheckerCatchesAcrossWindows(t *testing.T) {
+	n := linearizableWindow + linearizableWindow/4
+	var ops []Op
+	// The first send runs until just before the last is called, and is
+	// stored above every other: alone it breaks nothing.
+	ops = append(ops, Op{F: "send", Kind: Invoke, Value: "first", Time: 0})
+	for i := 1; i < n; i++ {
+		ops = append(ops, sendOp(fmt.Sprint("m", i), int64(10*i), int64(10*i+5), int64(i))...)
+		if i == n-2 {
+			ops = append(ops, Op{F: "send", Kind: OK, Value: "first", Offset: int64(n + 100), Time: int64(10*i + 7)},
+				Op{F: "receive", Kind: OK, Value: "first", Offset: int64(n + 100), Time: int64(10*i + 8)})
+		}
+	}
+	r := CheckAppends(ops, time.Minute)
+	if r.Valid || r.StaleOffsets != 1 || r.Windows != 2 {
+		t.Fatalf("%+v", r)
+	}
+	if r.Linearizable != "Ok" {
+		t.Fatalf("no window holds both sends, yet porcupine says %s", r.Linearizable)
+	}
+}
+
+// take is a consumer taking a message at a time.
+func take(v, consumer string, at int64) Op {
+	return Op{F: "receive", Kind: OK, Value: v, Consumer: consumer, Time: at}
+}
+
+func ackOK(v, consumer string, at int64) Op {
+	return Op{F: "ack", Kind: OK, Value: v, Consumer: consumer, Time: at}
+}
+
+func TestCursorCheckerPasses(t *testing.T) {
+	// b is y's third take: with a queue of 2 the broker may have sent it
+	// as soon as y took p (at 4), before x's ack of b returned (at 6).
+	ops := []Op{
+		take("a", "x", 1), take("b", "x", 2), ackOK("a", "x", 3),
+		take("p", "y", 4), take("q", "y", 5), ackOK("b", "x", 6),
+		take("b", "y", 7),
+	}
+	if r := CheckCursors(ops, 2); !r.Valid || r.Committed != 2 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// A message delivered again long after its ack committed: the checker
+// must say so.
+func TestCursorCheckerCatches(t *testing.T) {
+	ops := []Op{take("a", "x", 1), ackOK("a", "x", 2)}
+	for i := range 5 {
+		ops = append(ops, take(fmt.Sprint("m", i), "y", int64(10+i)))
+	}
+	ops = append(ops, take("a", "y", 20))
+	if r := CheckCursors(ops, 2); r.Valid || r.Undone != 1 {
+		t.Fatalf("an undone ack: %+v", r)
+	}
+}
+
+// The drain's count follows the history as it grows.
+func TestUndeliveredFollowsHistory(t *testing.T) {
+	h := NewHistory()
+	var u Undelivered
+	h.Add(Op{F: "send", Kind: OK, Value: "a"})
+	h.Add(Op{F: "send", Kind: Info, Value: "b"})
+	h.Add(Op{F: "receive", Kind: OK, Value: "c"}) // received before its ack is recorded
+	if missing, n := u.Update(h); missing != 1 || n != 3 {
+		t.Fatalf("missing %d after %d records", missing, n)
+	}
+	h.Add(Op{F: "send", Kind: OK, Value: "c"})
+	h.Add(Op{F: "receive", Kind: OK, Value: "a"})
+	h.Add(Op{F: "receive", Kind: OK, Value: "a"})
+	if missing, n := u.Update(h); missing != 0 || n != 6 {
+		t.Fatalf("missing %d after %d records", missing, n)
 	}
 }

@@ -66,6 +66,16 @@ func (h *History) Ops() []Op {
 	return slices.Clone(h.ops)
 }
 
+// OpsFrom returns a copy of the records from the i-th on.
+func (h *History) OpsFrom(i int) []Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i >= len(h.ops) {
+		return nil
+	}
+	return slices.Clone(h.ops[i:])
+}
+
 // Since returns how long the history has run.
 func (h *History) Since() time.Duration { return time.Since(h.start) }
 

@@ -30,14 +30,22 @@ type ReplicasResult struct {
 func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	// One client per node for the whole wait: a connection per poll
+	// would churn hundreds of connections through the namespaces.
+	clients := make([]*client.Client, len(c.Nodes))
+	for i, n := range c.Nodes {
+		cl, err := client.New(client.Options{URL: "fabriq://" + n.Client, OperationTimeout: 5 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		clients[i] = cl
+	}
 	for {
 		same, views := true, map[string]string{}
 		var errs []string
-		for _, n := range c.Nodes {
-			cl, err := client.New(client.Options{URL: "fabriq://" + n.Client, OperationTimeout: 5 * time.Second})
-			if err != nil {
-				return err
-			}
+		for i, n := range c.Nodes {
+			cl := clients[i]
 			for _, s := range streams {
 				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				info, err := cl.DescribeStreamLocal(dctx, s)
@@ -59,7 +67,6 @@ func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
 					views[k] = v
 				}
 			}
-			cl.Close()
 		}
 		if same {
 			return nil

@@ -10,6 +10,9 @@ import (
 	"github.com/fabriq-io/fabriq/transport"
 )
 
+// receiverQueue is each consumer's prefetch per partition.
+const receiverQueue = 100
+
 // Workload produces unique messages to a stream and consumes them through
 // one subscription, recording every operation.
 type Workload struct {
@@ -141,7 +144,7 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 	var cons *client.Consumer
 	for cons == nil {
 		cons, err = c.Subscribe(ctx, client.ConsumerOptions{Stream: w.Stream, Subscription: "chaos", Type: w.Mode, Name: name,
-			SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true, ReceiverQueueSize: 100})
+			SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true, ReceiverQueueSize: receiverQueue})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -172,18 +175,35 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 	}
 }
 
-// Undelivered counts the workload's acknowledged sends not yet received.
-func (w Workload) Undelivered(ops []Op) int {
-	return CheckQueue(w.own(ops)).Lost
+// Undelivered follows a history as it grows and counts the acknowledged
+// sends not yet received, reading each record once.
+type Undelivered struct {
+	next      int
+	acked     map[string]bool
+	delivered map[string]bool
+	missing   int
 }
 
-// own returns the workload's operations.
-func (w Workload) own(ops []Op) []Op {
-	var out []Op
-	for _, op := range ops {
-		if op.Process >= w.FirstProcess && op.Process < w.FirstProcess+w.Producers+w.Consumers {
-			out = append(out, op)
+// Update reads the records added since the last call and returns how many
+// acknowledged sends are undelivered and how many records it has read.
+func (u *Undelivered) Update(h *History) (missing, records int) {
+	if u.acked == nil {
+		u.acked, u.delivered = map[string]bool{}, map[string]bool{}
+	}
+	for _, op := range h.OpsFrom(u.next) {
+		u.next++
+		switch {
+		case op.F == "send" && op.Kind == OK && !u.acked[op.Value]:
+			u.acked[op.Value] = true
+			if !u.delivered[op.Value] {
+				u.missing++
+			}
+		case op.F == "receive" && op.Kind == OK && !u.delivered[op.Value]:
+			u.delivered[op.Value] = true
+			if u.acked[op.Value] {
+				u.missing--
+			}
 		}
 	}
-	return out
+	return u.missing, u.next
 }
