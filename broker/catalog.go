@@ -18,6 +18,7 @@ const (
 	metaCreateStream
 	metaDeleteStream
 	metaReplaceReplica
+	metaRenewReplica
 )
 
 // nodeInfo is a node as the metadata group knows it.
@@ -77,6 +78,15 @@ type replaceReplicaEntry struct {
 	Partition int    `msgpack:"p"`
 	Old       string `msgpack:"o"`
 	New       string `msgpack:"n"`
+}
+
+// renewReplicaEntry places a new member of a partition's group on the
+// node of Member, whose copy is damaged: the node keeps its place and
+// starts from an empty copy under a new member id.
+type renewReplicaEntry struct {
+	Stream    string `msgpack:"s"`
+	Partition int    `msgpack:"p"`
+	Member    string `msgpack:"m"`
 }
 
 type deleteStreamEntry struct {
@@ -159,6 +169,11 @@ func (c *catalog) Apply(l *raft.Log) any {
 		if err = msgpack.Unmarshal(body, &e); err == nil {
 			res = c.replaceLocked(e, l.Index)
 		}
+	case metaRenewReplica:
+		var e renewReplicaEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			res = c.renewLocked(e, l.Index)
+		}
 	default:
 		c.mu.Unlock()
 		panic(fmt.Sprintf("broker: unknown metadata entry type %d at raft index %d", l.Data[0], l.Index))
@@ -225,15 +240,7 @@ func (c *catalog) replaceLocked(e replaceReplicaEntry, index uint64) bool {
 	placement := slices.Clone(s.Placement)
 	placement[e.Partition] = p
 	s.Placement = placement
-	since := make([][]uint64, len(s.Placement))
-	for k := range since {
-		since[k] = make([]uint64, len(s.Placement[k]))
-		for j := range since[k] {
-			since[k][j] = s.since(k, j)
-		}
-	}
-	since[e.Partition][i] = index
-	s.Since = since
+	s.setSince(e.Partition, i, index)
 	// The partition's group exists now: no replica may bootstrap it
 	// again. A node that was an initial replica, lost its copy when moved
 	// away and is given the partition back later would otherwise start a
@@ -245,6 +252,40 @@ func (c *catalog) replaceLocked(e replaceReplicaEntry, index uint64) bool {
 		s.Initial = initial
 	}
 	return true
+}
+
+// renewLocked applies a renewal; it reports whether it changed anything
+// (the member may be gone already, or renewed).
+func (c *catalog) renewLocked(e renewReplicaEntry, index uint64) bool {
+	s := c.state.Streams[e.Stream]
+	if s == nil || e.Partition < 0 || e.Partition >= len(s.Placement) {
+		return false
+	}
+	j := slices.Index(s.replicaIDs(e.Partition), e.Member)
+	if j < 0 {
+		return false
+	}
+	s.setSince(e.Partition, j, index)
+	if e.Partition < len(s.Initial) { // see replaceLocked
+		initial := slices.Clone(s.Initial)
+		initial[e.Partition] = nil
+		s.Initial = initial
+	}
+	return true
+}
+
+// setSince records that replica j of partition i was placed at index,
+// copying Since (a copy of the stream may share it).
+func (s *streamMeta) setSince(i, j int, index uint64) {
+	since := make([][]uint64, len(s.Placement))
+	for k := range since {
+		since[k] = make([]uint64, len(s.Placement[k]))
+		for m := range since[k] {
+			since[k][m] = s.since(k, m)
+		}
+	}
+	since[i][j] = index
+	s.Since = since
 }
 
 // stream returns a copy of a stream's definition.

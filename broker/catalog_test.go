@@ -51,3 +51,28 @@ func TestReplicaMoveEndsBootstrap(t *testing.T) {
 		t.Fatal("nodeOfReplica does not strip the placement index")
 	}
 }
+
+// A node whose copy is damaged keeps its place as a new member; a renewal
+// naming a member that is not there changes nothing.
+func TestRenewReplica(t *testing.T) {
+	c := newCatalog(nil)
+	applyMeta(t, c, 1, metaCreateStream, streamMeta{Name: "persistent://t/f/s", Partitions: 1, Replicas: 3,
+		Placement: [][]string{{"n1", "n2", "n3"}}})
+	if ok := applyMeta(t, c, 5, metaRenewReplica, renewReplicaEntry{Stream: "persistent://t/f/s", Partition: 0, Member: "n2"}); ok != true {
+		t.Fatalf("renew: %v", ok)
+	}
+	s, _ := c.stream("persistent://t/f/s")
+	if got, want := s.replicaIDs(0), []string{"n1", "n2@5", "n3"}; !slices.Equal(got, want) {
+		t.Fatalf("members %v, want %v", got, want)
+	}
+	if len(s.Initial[0]) != 0 {
+		t.Fatalf("a renewed partition may still be bootstrapped by %v", s.Initial[0])
+	}
+	if ok := applyMeta(t, c, 6, metaRenewReplica, renewReplicaEntry{Stream: "persistent://t/f/s", Partition: 0, Member: "n2"}); ok != false {
+		t.Fatalf("renewing a member that was renewed already: %v", ok)
+	}
+	s, _ = c.stream("persistent://t/f/s")
+	if got := s.replicaIDs(0)[1]; got != "n2@5" {
+		t.Fatalf("member %s after a stale renewal", got)
+	}
+}

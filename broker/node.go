@@ -43,7 +43,10 @@ type Node struct {
 	// majorityLost remembers the partitions already reported as beyond
 	// automatic repair (the metadata leader's loop only).
 	majorityLost map[string]bool
-	stop         chan struct{}
+	// renewing holds the partitions whose damaged copy this node is
+	// asking the metadata leader to replace (askRenewal).
+	renewing map[string]bool
+	stop     chan struct{}
 	// ctx ends when the node closes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -78,6 +81,7 @@ func NewNode(cfg Config) (*Node, error) {
 		logger:       cfg.Logger.With("node", cfg.NodeID),
 		reconcileCh:  make(chan struct{}, 1),
 		majorityLost: map[string]bool{},
+		renewing:     map[string]bool{},
 		stop:         make(chan struct{}),
 		partitions:   map[string]*localPartition{},
 		sessions:     map[*session]struct{}{},
@@ -327,6 +331,10 @@ func (n *Node) reconcile() {
 			continue
 		}
 		lp, err := n.openPartition(name, self[name], replicas, initial[name])
+		if errors.Is(err, storage.ErrCorrupt) {
+			n.askRenewal(name, self[name], err)
+			continue
+		}
 		if err != nil {
 			n.logger.Error("cannot open partition", "partition", name, "err", err)
 			continue

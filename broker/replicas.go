@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // A partition's data directory belongs to one member of its group: the
@@ -152,5 +156,102 @@ func (n *Node) removeRetiredCopies() {
 			}
 			n.logger.Info("retired copy removed: the group has removed its member", "partition", lp.name, "member", old)
 		}
+	}
+}
+
+// renewReplica places a new member on the node of member, whose copy of
+// partition is damaged (see transport.RenewReplica). Only the metadata
+// leader does it.
+func (n *Node) renewReplica(partition, member string) error {
+	pn, err := geofabric.ParsePartition(partition)
+	if err != nil {
+		return wireError(transport.CodeInvalidName, "%v", err)
+	}
+	if !n.meta.IsLeader() {
+		return n.metaNotLeader()
+	}
+	data, err := encodeEntry(metaRenewReplica, renewReplicaEntry{Stream: pn.Stream.String(), Partition: pn.Number(), Member: member})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	res, err := n.meta.Apply(ctx, data)
+	if err != nil {
+		return wireError(transport.CodeServiceNotReady, "metadata: %v", err)
+	}
+	if ok, _ := res.(bool); !ok {
+		return wireError(transport.CodeNotAllowed, "%s is not a member of partition %s", member, partition)
+	}
+	n.logger.Warn("a replica's copy is damaged: its node starts a new member from an empty copy", "partition", partition, "member", member)
+	return nil
+}
+
+// askRenewal asks the metadata leader, in the background, to renew this
+// node's member of partition: its copy is damaged. One request per
+// partition at a time; reconcile asks again while the member is the same.
+func (n *Node) askRenewal(partition, member string, cause error) {
+	n.mu.Lock()
+	if n.closed || n.renewing[partition] {
+		n.mu.Unlock()
+		return
+	}
+	n.renewing[partition] = true
+	n.wg.Add(1)
+	n.mu.Unlock()
+	n.logger.Error("partition copy is damaged; asking for a new member with an empty copy", "partition", partition, "member", member, "err", cause)
+	go func() {
+		defer n.wg.Done()
+		defer func() {
+			n.mu.Lock()
+			delete(n.renewing, partition)
+			n.mu.Unlock()
+		}()
+		err := n.renewReplica(partition, member)
+		var werr *transport.Error
+		if errors.As(err, &werr) && werr.Code == transport.CodeNotLeader && werr.LeaderHint != "" {
+			err = n.requestRenewal(werr.LeaderHint, partition, member)
+		}
+		if err != nil {
+			n.logger.Warn("asking for a new member failed; will ask again", "partition", partition, "err", err)
+		}
+	}()
+}
+
+// requestRenewal sends RenewReplica to the metadata leader at addr.
+func (n *Node) requestRenewal(addr, partition, member string) error {
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	conn, err := transport.NewConn(nc, transport.DefaultConfig())
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	defer conn.Close()
+	if _, err := transport.Handshake(ctx, conn, &transport.Connect{ClientName: "fabriqd " + n.cfg.NodeID}); err != nil {
+		return err
+	}
+	if err := conn.Send(ctx, &transport.RenewReplica{RequestID: 1, Partition: partition, Member: member}); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetReadDeadline(dl)
+	}
+	cmd, err := conn.Receive()
+	if err != nil {
+		return err
+	}
+	switch m := cmd.(type) {
+	case *transport.Success:
+		return nil
+	case *transport.Error:
+		return m
+	default:
+		return fmt.Errorf("broker: %s in answer to RenewReplica", cmd.Type())
 	}
 }

@@ -357,6 +357,12 @@ func (s *session) handle(cmd transport.Command) {
 		s.describeStream(c)
 	case *transport.ClusterStatus:
 		s.clusterStatus(c)
+	case *transport.RenewReplica:
+		if err := s.n.renewReplica(c.Partition, c.Member); err != nil {
+			s.replyErr(c.RequestID, err)
+		} else {
+			s.reply(&transport.Success{RequestID: c.RequestID})
+		}
 	default:
 		s.conn.Fail(transport.CodeProtocol, fmt.Errorf("unexpected command %T from a client", cmd))
 		s.close()

@@ -578,3 +578,69 @@ func TestClusterReplicaGivenBack(t *testing.T) {
 		}
 	}
 }
+
+// A node whose copy of a partition was damaged while it was down (bytes
+// flipped in its log below what it had synced) does not serve it: it
+// asks for a new member, starts from an empty copy, catches up from the
+// others, and nothing acknowledged is lost; the damaged copy goes.
+func TestClusterRepairsDamagedCopy(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	const stream = "persistent://acme/prod/damaged"
+	c := newClient(t, clusterURL(nodes))
+	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, failed := produce(ctx, p, 2000, 0, "a", nil)
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+	}
+	victim := nodes[0]
+	if victim.id == leaderOf(ctx, t, c, stream) {
+		victim = nodes[1]
+	}
+	waitIdentical(ctx, t, nodes, stream)
+	if err := victim.stop(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(victim.dir, "partitions", "acme", "prod", "damaged")
+	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+	if len(segs) == 0 {
+		t.Fatalf("no log segment in %s", dir)
+	}
+	seg := segs[len(segs)-1]
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	t.Logf("flipped 4 bytes at %d of %s (%d bytes) on %s", fi.Size()/2, filepath.Base(seg), fi.Size(), victim.id)
+	victim.restart(t)
+	more, failed := produce(ctx, p, 500, 0, "b", nil)
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+	}
+	maps.Copy(acked, more)
+	waitIdentical(ctx, t, nodes, stream)
+	for {
+		dirs, _ := filepath.Glob(dir + "*")
+		owner, _ := os.ReadFile(filepath.Join(dir, "replica"))
+		if len(dirs) == 1 && strings.HasPrefix(string(owner), victim.id+"@") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("copies on %s: %v, the current one belongs to %q", victim.id, dirs, owner)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	readAll(ctx, t, c, stream, acked)
+}

@@ -46,6 +46,7 @@ const (
 	TypeError
 	TypeClusterStatus
 	TypeClusterStatusResult
+	TypeRenewReplica
 )
 
 // Command is one protocol command. Every command type is a pointer to one
@@ -417,6 +418,17 @@ type ClusterStatus struct {
 	RequestID uint64 `msgpack:"r"`
 }
 
+// RenewReplica is sent by a node to the metadata leader, not by clients:
+// the node's copy of Partition, as member Member of its Raft group, is
+// damaged and cannot be opened. The answer is Success once the metadata
+// group has placed a new member on the node, which starts from an empty
+// copy; NotLeader when the node asked is not the metadata leader.
+type RenewReplica struct {
+	RequestID uint64 `msgpack:"r"`
+	Partition string `msgpack:"p"`
+	Member    string `msgpack:"m"`
+}
+
 // ClusterStatusResult answers ClusterStatus.
 type ClusterStatusResult struct {
 	RequestID uint64      `msgpack:"r"`
@@ -460,6 +472,7 @@ type ReplicaStatus struct {
 
 func (*ClusterStatus) Type() CommandType       { return TypeClusterStatus }
 func (*ClusterStatusResult) Type() CommandType { return TypeClusterStatusResult }
+func (*RenewReplica) Type() CommandType        { return TypeRenewReplica }
 
 func (*Connect) Type() CommandType                   { return TypeConnect }
 func (*Connected) Type() CommandType                 { return TypeConnected }
@@ -566,6 +579,8 @@ func newCommand(t CommandType) Command {
 		return new(Error)
 	case TypeClusterStatus:
 		return new(ClusterStatus)
+	case TypeRenewReplica:
+		return new(RenewReplica)
 	case TypeClusterStatusResult:
 		return new(ClusterStatusResult)
 	}

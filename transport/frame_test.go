@@ -79,6 +79,7 @@ func samples() []Command {
 		&Success{RequestID: 14},
 		&Error{RequestID: 15, Code: CodeNotLeader, Message: "not the leader", LeaderHint: "10.0.0.2:6650"},
 		&ClusterStatus{RequestID: 16},
+		&RenewReplica{RequestID: 17, Partition: "persistent://t/f/s-partition-1", Member: "n3@42"},
 		&ClusterStatusResult{RequestID: 16, Status: ClusterInfo{
 			Node: "node-1", MetaLeader: "node-2",
 			Nodes: []NodeStatus{{ID: "node-1", State: "alive", Region: "eu", ClientAddr: "10.0.0.1:6650", RaftAddr: "10.0.0.1:7650"}},
@@ -245,7 +246,7 @@ func TestReadFrameErrors(t *testing.T) {
 		{"array16 of 3", frame(0xdc, 0x00, 0x03, 0x03, 0x80, 0x80), ErrMalformed},
 		{"array32 of 4G", frame(0xdd, 0xff, 0xff, 0xff, 0xff, 0x03, 0x80), ErrMalformed},
 		{"type zero", frame(0x92, 0x00, 0x80), ErrMalformed},
-		{"type 36", frame(0x92, 36, 0x80), ErrMalformed},
+		{"type 37", frame(0x92, 37, 0x80), ErrMalformed},
 		{"type 255", frame(0x92, 0xcc, 0xff, 0x80), ErrMalformed},
 		{"type 259 as uint16", frame(0x92, 0xcd, 0x01, 0x03, 0x80), ErrMalformed},
 		{"negative type", frame(0x92, 0xff, 0x80), ErrMalformed},

@@ -38,6 +38,7 @@ var typeNames = [...]string{
 	TypeError:                     "Error",
 	TypeClusterStatus:             "ClusterStatus",
 	TypeClusterStatusResult:       "ClusterStatusResult",
+	TypeRenewReplica:              "RenewReplica",
 }
 
 // String returns the command's name, "Send" for TypeSend.
