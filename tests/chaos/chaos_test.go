@@ -58,9 +58,9 @@ type summary struct {
 	Faults   int    `json:"faults_injected"`
 	Network  string `json:"network"`
 	// Per workload: the queue check, the append checks (linearizable
-	// offsets, no duplicate from producer retries), and for key_shared and
-	// failover the order check (per key; per partition, with one consumer
-	// holding it at a time).
+	// offsets, no duplicate from producer retries), and for key_shared,
+	// failover and exclusive the order check (per key; per partition, with
+	// one consumer holding it at a time).
 	Queue   map[string]QueueResult    `json:"queue"`
 	Appends map[string]AppendsResult  `json:"appends"`
 	Order   map[string]KeyOrderResult `json:"order"`
@@ -69,10 +69,11 @@ type summary struct {
 	Replicas ReplicasResult          `json:"replicas"`
 }
 
-// TestChaos runs three workloads — a shared queue, a key_shared keyed
-// stream and a failover ordered log, each over 2 partitions with 3
-// replicas — on a 5-node cluster while a seeded plan kills, pauses and
-// restarts nodes; then heals, drains, checks the history and compares the
+// TestChaos runs four workloads — a shared queue, a key_shared keyed
+// stream and a failover ordered log, each over 2 partitions, and an
+// exclusive log over one, all with 3 replicas — on a 5-node cluster while
+// a seeded plan kills, pauses, partitions and restarts nodes and moves
+// replicas; then heals, drains, checks the history and compares the
 // replicas' logs byte for byte.
 func TestChaos(t *testing.T) {
 	seed := *runSeed
@@ -133,7 +134,12 @@ func TestChaos(t *testing.T) {
 		Producers: 2, Consumers: 3, Interval: 2 * time.Millisecond, FirstProcess: 100}
 	ordered := Workload{Name: "f", Stream: "persistent://chaos/jepsen/ordered", Partitions: 2, Mode: client.Failover,
 		Producers: 1, Consumers: 2, Interval: 2 * time.Millisecond, FirstProcess: 200}
-	workloads := []Workload{queue, keys, ordered}
+	// Two consumers on one exclusive subscription: one holds it, the
+	// other is refused and keeps trying (it takes over once the holder
+	// is gone past the reconnect grace).
+	exclusive := Workload{Name: "x", Stream: "persistent://chaos/jepsen/exclusive", Partitions: 1, Mode: client.Exclusive,
+		Producers: 1, Consumers: 2, Interval: 5 * time.Millisecond, FirstProcess: 300}
+	workloads := []Workload{queue, keys, ordered, exclusive}
 	for _, w := range workloads {
 		if err := w.Create(ctx, url); err != nil {
 			t.Fatal(err)
@@ -221,7 +227,7 @@ func TestChaos(t *testing.T) {
 		cur := CheckCursors(own, receiverQueue)
 		s.Cursors[w.Stream] = cur
 		s.Valid = s.Valid && q.Valid && a.Valid && cur.Valid
-		if w.Mode == client.KeyShared || w.Mode == client.Failover {
+		if w.Mode != client.Shared {
 			o := CheckKeyOrder(own)
 			s.Order[w.Stream] = o
 			s.Valid = s.Valid && o.Valid
@@ -230,7 +236,10 @@ func TestChaos(t *testing.T) {
 	// Every replica holds the same log: wait for them to catch up, stop
 	// the nodes cleanly, compare the segment files.
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
-	streams := []string{queue.Stream, keys.Stream, ordered.Stream}
+	var streams []string
+	for _, w := range workloads {
+		streams = append(streams, w.Stream)
+	}
 	if err := WaitCaughtUp(wctx, cl, streams); err != nil {
 		t.Errorf("%v", err)
 		s.Valid = false

@@ -12,8 +12,7 @@ import (
 // FaultKind is one kind of fault.
 type FaultKind string
 
-// The faults this suite injects. Network partitions, latency and loss
-// (namespaces, netem) and file faults are not here yet.
+// The faults this suite injects on processes; network faults follow.
 const (
 	KillOne      FaultKind = "kill-one"      // SIGKILL one node, restart it after the fault
 	KillLeader   FaultKind = "kill-leader"   // SIGKILL the leader of the workloads' first partition
@@ -39,11 +38,15 @@ const (
 	// PartitionBridge splits the nodes in two halves that only one node,
 	// the bridge, sees both of.
 	PartitionBridge FaultKind = "partition-bridge"
+	// MuteLeader cuts what the workloads' first partition leader sends
+	// to every other node, not what it receives (a one-way partition):
+	// the others stop hearing it, it still hears them.
+	MuteLeader FaultKind = "mute-leader"
 	// Latency gives every node 50 ms ± 20 ms of delay and 3% loss.
 	Latency FaultKind = "latency-loss"
 )
 
-var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, Latency}
+var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency}
 
 // ReplaceDeadAfter is the --replace-dead-after the chaos cluster runs
 // with; MoveReplicas outlasts it.
@@ -136,7 +139,7 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			return done, ctx.Err()
 		}
 		nodes := f.Nodes
-		if f.Kind == KillLeader || f.Kind == IsolateLeader {
+		if f.Kind == KillLeader || f.Kind == IsolateLeader || f.Kind == MuteLeader {
 			i := nm.Leader(ctx)
 			if i < 0 {
 				nm.Log("%v: no leader known; skipped", f)
@@ -223,6 +226,14 @@ func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 		// nodes[0] is the bridge: it is cut from nobody.
 		half := (len(nodes) - 1) / 2
 		return nt.Partition([][]int{nodes[1 : 1+half], nodes[1+half:]})
+	case MuteLeader:
+		for i := range nm.C.Nodes {
+			if i != nodes[0] {
+				if err := nt.Cut(nodes[0], i); err != nil {
+					return err
+				}
+			}
+		}
 	case Latency:
 		for i := range nm.C.Nodes {
 			if err := nt.Netem(i, "delay", "50ms", "20ms", "loss", "3%"); err != nil {

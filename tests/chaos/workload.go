@@ -150,6 +150,11 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 		}
 		if err != nil {
 			h.Add(Op{Process: proc, Kind: Fail, F: "open", Consumer: name, Offset: -1, Error: err.Error()})
+			select { // refused (an exclusive subscription held) or no leader yet
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}
 	defer cons.Close()
