@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -26,6 +29,10 @@ const (
 	// TransferStorm stops (SIGTERM: each hands its leaderships over) and
 	// restarts nodes one after another.
 	TransferStorm FaultKind = "transfer-storm"
+	// DamageFile kills one node and, while it is down, damages the last
+	// log segment of one of its partition copies: cuts its tail or
+	// flips bytes in it. It restarts after the fault.
+	DamageFile FaultKind = "damage-file"
 )
 
 // Network faults, with namespaces (Net) only.
@@ -52,7 +59,7 @@ var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, Mut
 // with; MoveReplicas outlasts it.
 const ReplaceDeadAfter = 6 * time.Second
 
-var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm}
+var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm, DamageFile}
 
 // Fault is one step of a plan: at At, Kind hits Nodes (indexes) for For,
 // then the cluster heals.
@@ -61,6 +68,8 @@ type Fault struct {
 	Kind  FaultKind     `json:"kind"`
 	Nodes []int         `json:"nodes"`
 	For   time.Duration `json:"for"`
+	// Seed drives the fault's own choices (which file, where).
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -91,6 +100,9 @@ func Plan(seed uint64, duration time.Duration, nodes int, network, netem bool) [
 			f.Nodes = r.Perm(nodes)
 		case KillOne, PauseOne:
 			f.Nodes = []int{r.IntN(nodes)}
+		case DamageFile:
+			f.Nodes = []int{r.IntN(nodes)}
+			f.Seed = r.Uint64()
 		case MoveReplicas:
 			f.Nodes = []int{r.IntN(nodes)}
 			f.For = ReplaceDeadAfter + 4*time.Second + time.Duration(r.Int64N(int64(3*time.Second)))
@@ -159,6 +171,13 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			switch f.Kind {
 			case PauseOne:
 				nm.C.Pause(n)
+			case DamageFile:
+				nm.C.Kill(n)
+				what, err := DamageSegment(n.Dir, f.Seed)
+				if err != nil {
+					return done, fmt.Errorf("%v: %w", f, err)
+				}
+				nm.Log("%s: %s", n.ID, what)
 			case TransferStorm:
 				nm.C.Stop(n)
 				if err := nm.C.Start(n); err != nil {
@@ -242,4 +261,54 @@ func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 		}
 	}
 	return nil
+}
+
+// DamageSegment damages the last log segment of one partition copy under
+// a stopped node's data directory, chosen by seed: it cuts 1 byte to 64
+// KiB off its tail, or overwrites 4 bytes at a random position. It says
+// what it did.
+func DamageSegment(dataDir string, seed uint64) (string, error) {
+	r := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	logs, err := filepath.Glob(filepath.Join(dataDir, "partitions", "*", "*", "*", "log"))
+	if err != nil {
+		return "", err
+	}
+	var segs []string
+	for _, dir := range logs {
+		if strings.Contains(filepath.Base(filepath.Dir(dir)), "@") {
+			continue // a copy set aside, never opened again
+		}
+		s, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		sort.Strings(s)
+		if len(s) > 0 {
+			segs = append(segs, s[len(s)-1])
+		}
+	}
+	sort.Strings(segs)
+	if len(segs) == 0 {
+		return "no segment to damage", nil
+	}
+	seg := segs[r.IntN(len(segs))]
+	fi, err := os.Stat(seg)
+	if err != nil || fi.Size() == 0 {
+		return "empty segment " + seg, err
+	}
+	name := filepath.Join(filepath.Base(filepath.Dir(filepath.Dir(seg))), filepath.Base(seg))
+	if r.IntN(2) == 0 {
+		cut := 1 + r.Int64N(min(64<<10, fi.Size()))
+		if err := os.Truncate(seg, fi.Size()-cut); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("cut %d of %d bytes off the tail of %s", cut, fi.Size(), name), nil
+	}
+	at := r.Int64N(fi.Size())
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, at); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("overwrote 4 bytes at %d of %s (%d bytes)", at, name, fi.Size()), f.Sync()
 }
