@@ -103,9 +103,12 @@ func TestChaos(t *testing.T) {
 		network = "loopback, no network faults (-chaos.netns=false)"
 	}
 	if nt != nil && !nt.HasNetem {
-		network = "network namespaces on a bridge: partitions; no latency/loss (the kernel has no sch_netem)"
+		network = "network namespaces on a bridge: partitions, one-way cuts; no netem (the kernel has no sch_netem): latency and loss from a token-bucket slow link"
+		if !nt.HasTBF {
+			network = "network namespaces on a bridge: partitions, one-way cuts; no latency/loss (the kernel has neither sch_netem nor sch_tbf)"
+		}
 	}
-	plan := Plan(seed, *runTime, *runNodes, nt != nil, nt != nil && nt.HasNetem)
+	plan := Plan(seed, *runTime, *runNodes, Kinds(nt))
 	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
 		t.Fatal(err)
 	}

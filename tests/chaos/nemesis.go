@@ -49,11 +49,31 @@ const (
 	// to every other node, not what it receives (a one-way partition):
 	// the others stop hearing it, it still hears them.
 	MuteLeader FaultKind = "mute-leader"
-	// Latency gives every node 50 ms ± 20 ms of delay and 3% loss.
+	// Latency gives every node 50 ms ± 20 ms of delay and 3% loss
+	// (netem).
 	Latency FaultKind = "latency-loss"
+	// SlowLink limits every node's outgoing link to 1 Mbit/s with up to
+	// 80 ms of queue (a token bucket): latency under load, and loss of
+	// what overflows. It stands in for netem where the kernel lacks it.
+	SlowLink FaultKind = "slow-link"
 )
 
-var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency}
+var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency, SlowLink}
+
+// Kinds returns the fault kinds a run can inject: the process faults,
+// and with namespaces the network faults the kernel supports.
+func Kinds(nt *Net) []FaultKind {
+	kinds := slices.Clone(allFaults)
+	if nt == nil {
+		return kinds
+	}
+	for _, k := range netFaults {
+		if (k != Latency || nt.HasNetem) && (k != SlowLink || nt.HasTBF) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
 
 // ReplaceDeadAfter is the --replace-dead-after the chaos cluster runs
 // with; MoveReplicas outlasts it.
@@ -76,21 +96,11 @@ func (f Fault) String() string {
 	return fmt.Sprintf("%8s %-13s nodes %v for %v", f.At.Round(time.Millisecond), f.Kind, f.Nodes, f.For.Round(time.Millisecond))
 }
 
-// Plan draws faults from seed until duration: each lasts 2-6 s (a
-// replica move longer) and is followed by 3-6 s of healed cluster.
-// Network faults are drawn only with network set, latency and loss only
-// with netem too. The same seed and settings give the same plan.
-func Plan(seed uint64, duration time.Duration, nodes int, network, netem bool) []Fault {
+// Plan draws faults of the given kinds from seed until duration: each
+// lasts 2-6 s (a replica move longer) and is followed by 3-6 s of healed
+// cluster. The same seed and kinds give the same plan.
+func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []Fault {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	kinds := allFaults
-	if network {
-		kinds = slices.Clone(allFaults)
-		for _, k := range netFaults {
-			if k != Latency || netem {
-				kinds = append(kinds, k)
-			}
-		}
-	}
 	var plan []Fault
 	at := 3 * time.Second
 	for {
@@ -256,6 +266,12 @@ func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 	case Latency:
 		for i := range nm.C.Nodes {
 			if err := nt.Netem(i, "delay", "50ms", "20ms", "loss", "3%"); err != nil {
+				return err
+			}
+		}
+	case SlowLink:
+		for i := range nm.C.Nodes {
+			if err := nt.SlowLink(i, "1mbit", "80ms"); err != nil {
 				return err
 			}
 		}

@@ -24,6 +24,10 @@ type Net struct {
 
 	// HasNetem says the kernel can add latency and loss (sch_netem).
 	HasNetem bool
+	// HasTBF says the kernel can shape a link with a token bucket
+	// (sch_tbf): a slow link queues (latency) and drops (loss) what
+	// exceeds its rate, where netem is missing.
+	HasTBF bool
 
 	mu     sync.Mutex
 	routes map[[2]int]bool // blackholed: from node, to node
@@ -84,6 +88,10 @@ func NewNet(n int) (*Net, error) {
 		nt.HasNetem = true
 		ip("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
 	}
+	if ip("netns", "exec", nt.ns(0), "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms") == nil {
+		nt.HasTBF = true
+		ip("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
+	}
 	return nt, nil
 }
 
@@ -141,16 +149,27 @@ func (nt *Net) Cut(a, b int) error {
 // Netem gives node i's link latency and loss, e.g. "delay", "50ms",
 // "20ms", "loss", "3%".
 func (nt *Net) Netem(i int, args ...string) error {
+	return nt.shape(i, "netem", args...)
+}
+
+// SlowLink limits node i's outgoing link to rate (e.g. "1mbit"), queueing
+// up to latency (e.g. "80ms") and dropping what overflows.
+func (nt *Net) SlowLink(i int, rate, latency string) error {
+	return nt.shape(i, "tbf", "rate", rate, "burst", "32kbit", "latency", latency)
+}
+
+// shape sets node i's root queueing discipline.
+func (nt *Net) shape(i int, qdisc string, args ...string) error {
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
-	if err := ip(append([]string{"netns", "exec", nt.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", "netem"}, args...)...); err != nil {
+	if err := ip(append([]string{"netns", "exec", nt.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", qdisc}, args...)...); err != nil {
 		return err
 	}
 	nt.netem[i] = true
 	return nil
 }
 
-// Heal removes every partition and netem rule.
+// Heal removes every partition and queueing discipline.
 func (nt *Net) Heal() error {
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
