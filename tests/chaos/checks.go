@@ -84,7 +84,13 @@ type KeyOrderResult struct {
 	Reordered int `json:"reordered"`
 	// Overlaps counts deliveries of a key to a consumer while another
 	// consumer held unacked messages of it and was still connected.
-	Overlaps int      `json:"overlaps"`
+	Overlaps int `json:"overlaps"`
+	// Moves counts first deliveries of a key to another consumer than
+	// the key's previous one: keys move when consumers come and go (a
+	// consumer away past the reconnect grace loses its keys). Reported,
+	// not judged: the history does not record when a consumer's
+	// connection was up.
+	Moves    int      `json:"moves"`
 	Examples []string `json:"examples,omitempty"`
 }
 
@@ -105,6 +111,7 @@ func CheckKeyOrder(ops []Op) KeyOrderResult {
 	holding := map[pk]map[string]int{}
 	held := map[string]map[string]bool{} // consumer → values held
 	valueKey := map[string]pk{}
+	owner := map[pk]string{}
 	var examples []string
 	note := func(s string) {
 		if len(examples) < maxListed {
@@ -122,6 +129,10 @@ func CheckKeyOrder(ops []Op) KeyOrderResult {
 			}
 			if !seen[k][op.Offset] {
 				seen[k][op.Offset] = true
+				if prev, ok := owner[k]; ok && prev != op.Consumer {
+					r.Moves++
+				}
+				owner[k] = op.Consumer
 				if op.Offset < last[k] {
 					r.Reordered++
 					note(fmt.Sprintf("key %s: offset %d first delivered after %d", op.Key, op.Offset, last[k]))

@@ -49,7 +49,7 @@ func TestKeyOrderCheckerPasses(t *testing.T) {
 		recv("3", "j", "b", 2), // redelivered after a went away
 		recv("2", "k", "b", 1), // a redelivery repeats
 	}
-	if r := CheckKeyOrder(ops); !r.Valid || r.Keys != 2 {
+	if r := CheckKeyOrder(ops); !r.Valid || r.Keys != 2 || r.Moves != 1 {
 		t.Fatalf("%+v", r)
 	}
 }
