@@ -223,6 +223,13 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 			li := lp.log.Info()
 			pi.StartOffset, pi.NextOffset = li.StartOffset, li.NextOffset
 			pi.Subscriptions = lp.describeSubscriptions()
+			ctx, cancel := context.WithTimeout(s.n.ctx, applyTimeout)
+			if servers, err := lp.group.Servers(ctx); err == nil {
+				for _, sv := range servers {
+					pi.Members = append(pi.Members, sv.ID)
+				}
+			}
+			cancel()
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,8 @@ type Node struct {
 	// renewing holds the partitions whose damaged copy this node is
 	// asking the metadata leader to replace (askRenewal).
 	renewing map[string]bool
+	// caughtUp latches once the catalog has caught up (catalogCurrent).
+	caughtUp atomic.Bool
 	stop     chan struct{}
 	// ctx ends when the node closes.
 	ctx    context.Context
@@ -242,12 +245,17 @@ func (n *Node) reconcileLoop() {
 	// no catalog change announces: look again now and then.
 	tick := time.NewTicker(reconcileEvery)
 	defer tick.Stop()
+	sweep := time.NewTicker(sweepCopiesEvery)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-n.reconcileCh:
 		case <-tick.C:
+		case <-sweep.C:
+			n.removeMovedAwayCopies()
+			continue
 		}
 		n.reconcile()
 	}
@@ -257,7 +265,14 @@ func (n *Node) reconcileLoop() {
 // being asked.
 const reconcileEvery = 2 * time.Second
 
+// sweepCopiesEvery is how often the node looks for copies of partitions
+// moved away that it may delete (it asks their leaders).
+const sweepCopiesEvery = 10 * time.Second
+
 func (n *Node) reconcile() {
+	if !n.catalogCurrent() {
+		return // the next catalog change or tick reconciles
+	}
 	want := map[string][]string{}    // partition → its replicas' server ids
 	initial := map[string][]string{} // partition → its initial replicas
 	self := map[string]string{}      // partition → this node's server id
@@ -322,7 +337,9 @@ func (n *Node) reconcile() {
 			n.logger.Info("replica moved away; its group stops here, its data stays on disk", "partition", d.lp.name)
 		}
 		n.closePartition(d.lp, d.remove)
-		if n.gossip != nil {
+		// Only a deleted stream's routes go: a tombstone for a partition
+		// that lives on elsewhere would hide its leader from every node.
+		if d.remove && n.gossip != nil {
 			n.gossip.forget(d.lp.name)
 		}
 	}
@@ -331,6 +348,10 @@ func (n *Node) reconcile() {
 			continue
 		}
 		lp, err := n.openPartition(name, self[name], replicas, initial[name])
+		if errors.Is(err, errStaleMember) {
+			n.logger.Debug("not opening a partition the catalog places here under an older member", "partition", name, "err", err)
+			continue
+		}
 		if errors.Is(err, storage.ErrCorrupt) {
 			n.askRenewal(name, self[name], err)
 			continue
@@ -368,6 +389,27 @@ func (n *Node) reconcile() {
 		}
 	}
 	n.removeRetiredCopies()
+}
+
+// catalogCurrent reports whether this node's catalog has caught up with
+// the metadata group. A node that restarts replays the metadata log, and
+// its catalog passes through every placement of the past on the way:
+// acting on them would open partitions the node no longer holds and close
+// those it does. It waits until it has heard from the metadata leader and
+// applied what it knows committed (or leads the group); once it has, the
+// catalog only moves forward and this stays true.
+func (n *Node) catalogCurrent() bool {
+	if n.caughtUp.Load() {
+		return true
+	}
+	st := n.meta.Stats()
+	commit, _ := strconv.ParseUint(st["commit_index"], 10, 64)
+	applied, _ := strconv.ParseUint(st["applied_index"], 10, 64)
+	if n.meta.IsLeader() || (st["last_contact"] != "never" && commit > 0 && applied >= commit) {
+		n.caughtUp.Store(true)
+		return true
+	}
+	return false
 }
 
 // replicasOf returns the server ids of a partition's replicas from the

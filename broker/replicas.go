@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -48,9 +49,37 @@ func nodeOfReplica(id string) string {
 	return node
 }
 
+// errStaleMember is claimPartitionDir's answer to a member older than a
+// copy on disk: the catalog this node reads is behind (it is replaying
+// the metadata log), and the placement it asks for is history.
+var errStaleMember = errors.New("broker: a newer member's copy is on disk")
+
+// memberIndex returns the placement index in a member id (0 for a
+// replica of the initial placement): a node's members of one partition
+// only ever get newer.
+func memberIndex(id string) uint64 {
+	_, idx, ok := strings.Cut(id, "@")
+	if !ok {
+		return 0
+	}
+	v, err := strconv.ParseUint(idx, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // claimPartitionDir makes dir the data directory of member self, setting
-// aside a copy that belongs to another member.
+// aside a copy that belongs to an older member. A copy of a newer member,
+// here or set aside, means self is history: errStaleMember, nothing
+// touched.
 func (n *Node) claimPartitionDir(dir, self string) error {
+	aside, _ := filepath.Glob(dir + "@*")
+	for _, d := range aside {
+		if memberIndex(strings.TrimPrefix(d, dir+"@")) > memberIndex(self) {
+			return fmt.Errorf("%w: %s, asked for %s", errStaleMember, d, self)
+		}
+	}
 	owner, err := dirOwner(dir, n.cfg.NodeID)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -58,6 +87,8 @@ func (n *Node) claimPartitionDir(dir, self string) error {
 		return err
 	case owner == self:
 		return nil
+	case memberIndex(owner) > memberIndex(self):
+		return fmt.Errorf("%w: %s belongs to %s, asked for %s", errStaleMember, dir, owner, self)
 	default:
 		// Each member id names one placement, so no copy of owner can
 		// have been set aside before.
@@ -220,38 +251,110 @@ func (n *Node) askRenewal(partition, member string, cause error) {
 
 // requestRenewal sends RenewReplica to the metadata leader at addr.
 func (n *Node) requestRenewal(addr, partition, member string) error {
+	_, err := n.ask(addr, &transport.RenewReplica{RequestID: 1, Partition: partition, Member: member})
+	return err
+}
+
+// ask sends one request to the node whose client address is addr and
+// returns its answer (an answered *transport.Error as the error), within
+// applyTimeout.
+func (n *Node) ask(addr string, req transport.Command) (transport.Command, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := transport.NewConn(nc, transport.DefaultConfig())
 	if err != nil {
 		nc.Close()
-		return err
+		return nil, err
 	}
 	defer conn.Close()
 	if _, err := transport.Handshake(ctx, conn, &transport.Connect{ClientName: "fabriqd " + n.cfg.NodeID}); err != nil {
-		return err
+		return nil, err
 	}
-	if err := conn.Send(ctx, &transport.RenewReplica{RequestID: 1, Partition: partition, Member: member}); err != nil {
-		return err
+	if err := conn.Send(ctx, req); err != nil {
+		return nil, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetReadDeadline(dl)
 	}
 	cmd, err := conn.Receive()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	switch m := cmd.(type) {
-	case *transport.Success:
+	if e, ok := cmd.(*transport.Error); ok {
+		return nil, e
+	}
+	return cmd, nil
+}
+
+// removeMovedAwayCopies deletes the copies of partitions this node no
+// longer holds once their group has removed the member they belong to,
+// as the partition's leader answers (a describe of one partition is
+// answered by its leader only). A copy whose leader cannot be asked stays
+// for the next round.
+func (n *Node) removeMovedAwayCopies() {
+	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "partitions", "*", "*", "*"))
+	for _, dir := range dirs {
+		leaf := filepath.Base(dir)
+		if strings.Contains(leaf, "@") {
+			continue // set aside: removeRetiredCopies
+		}
+		fabric, tenant := filepath.Base(filepath.Dir(dir)), filepath.Base(filepath.Dir(filepath.Dir(dir)))
+		name := "persistent://" + tenant + "/" + fabric + "/" + leaf
+		pn, err := geofabric.ParsePartition(name)
+		if err != nil {
+			continue
+		}
+		if _, ok := n.partition(pn.String()); ok {
+			continue
+		}
+		n.mu.Lock()
+		opening := n.renewing[pn.String()]
+		n.mu.Unlock()
+		if opening || slices.Contains(n.placedNodes(pn), n.cfg.NodeID) {
+			continue // placed here: reconcile opens it (or is renewing it)
+		}
+		owner, err := dirOwner(dir, n.cfg.NodeID)
+		if err != nil {
+			continue
+		}
+		// A stream the catalog does not know may be one it has not
+		// replayed yet: its copy stays.
+		s, ok := n.catalog.stream(pn.Stream.String())
+		if !ok {
+			continue
+		}
+		leader, _ := n.leaderOf(pn.String())
+		info, known := n.catalog.node(leader)
+		if leader == "" || !known {
+			continue
+		}
+		idx := int32(pn.Number())
+		ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name, Partition: &idx})
+		res, _ := ans.(*transport.DescribeStreamResult)
+		if err != nil || res == nil || len(res.Info.Partitions) != 1 {
+			continue
+		}
+		if members := res.Info.Partitions[0].Members; len(members) == 0 || slices.Contains(members, owner) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			n.logger.Warn("removing a moved-away copy", "dir", dir, "err", err)
+			continue
+		}
+		n.logger.Info("moved-away copy removed: its group has removed its member", "partition", pn.String(), "member", owner)
+	}
+}
+
+// placedNodes returns the nodes the catalog places a partition on.
+func (n *Node) placedNodes(pn geofabric.Partition) []string {
+	s, ok := n.catalog.stream(pn.Stream.String())
+	if !ok || pn.Number() >= len(s.Placement) {
 		return nil
-	case *transport.Error:
-		return m
-	default:
-		return fmt.Errorf("broker: %s in answer to RenewReplica", cmd.Type())
 	}
+	return s.Placement[pn.Number()]
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -574,6 +575,20 @@ func TestClusterReplicaGivenBack(t *testing.T) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("copies on %s: %v, the current one belongs to %q", first.id, dirs, owner)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// The spare, back, holds a copy of a member the group has removed:
+	// it goes too.
+	spare.restart(t)
+	spareCopy := filepath.Join(spare.dir, "partitions", "acme", "prod", "back")
+	for {
+		if _, err := os.Stat(spareCopy); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s still holds %s", spare.id, spareCopy)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

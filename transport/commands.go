@@ -357,9 +357,13 @@ type StreamInfo struct {
 
 // PartitionInfo describes one partition of a stream.
 type PartitionInfo struct {
-	Partition     int32              `msgpack:"n" json:"partition"`
-	Leader        string             `msgpack:"l" json:"leader"`
-	Replicas      []string           `msgpack:"r" json:"replicas"`
+	Partition int32    `msgpack:"n" json:"partition"`
+	Leader    string   `msgpack:"l" json:"leader"`
+	Replicas  []string `msgpack:"r" json:"replicas"`
+	// Members is the partition's Raft configuration as the answering
+	// node's replica knows it: server ids, NODE or NODE@INDEX for a
+	// replica placed by a move (empty where the node holds no replica).
+	Members       []string           `msgpack:"mb,omitempty" json:"members,omitempty"`
 	StartOffset   uint64             `msgpack:"so" json:"start_offset"`
 	NextOffset    uint64             `msgpack:"no" json:"next_offset"`
 	Subscriptions []SubscriptionInfo `msgpack:"s" json:"subscriptions"`

@@ -1,0 +1,70 @@
+package broker
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// A node's members of a partition only get newer: a newer member sets an
+// older one's copy aside, and a claim by an older member (a catalog
+// replaying the metadata log passes through old placements) touches
+// nothing, whether the newer copy is in place or set aside.
+func TestClaimPartitionDirOnlyMovesForward(t *testing.T) {
+	n := &Node{cfg: Config{NodeID: "n3"}, logger: slog.New(slog.DiscardHandler)}
+	root := t.TempDir()
+	dir := filepath.Join(root, "s-partition-0")
+	list := func() []string {
+		var names []string
+		entries, _ := os.ReadDir(root)
+		for _, e := range entries {
+			owner, _ := dirOwner(filepath.Join(root, e.Name()), "n3")
+			names = append(names, e.Name()+"="+owner)
+		}
+		return names
+	}
+	if err := n.claimPartitionDir(dir, "n3@54"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.claimPartitionDir(dir, "n3@101"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"s-partition-0=n3@101", "s-partition-0@n3@54=n3@54"}
+	if got := list(); !slices.Equal(got, want) {
+		t.Fatalf("after the newer member: %v, want %v", got, want)
+	}
+	if err := n.claimPartitionDir(dir, "n3@54"); !errors.Is(err, errStaleMember) {
+		t.Fatalf("an older member's claim: %v", err)
+	}
+	if got := list(); !slices.Equal(got, want) {
+		t.Fatalf("an older member's claim changed the copies: %v", got)
+	}
+	// The newest copy set aside (the node was moved away again) still
+	// outranks an old placement.
+	if err := n.claimPartitionDir(dir, "n3@120"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, dir+"@n3@120"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.claimPartitionDir(dir, "n3@101"); !errors.Is(err, errStaleMember) {
+		t.Fatalf("a claim older than a copy set aside: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused claim created %s", dir)
+	}
+	// A pre-existing copy without a marker belongs to the initial member.
+	legacy := filepath.Join(root, "t-partition-0")
+	if err := os.MkdirAll(filepath.Join(legacy, "log"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.claimPartitionDir(legacy, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(legacy, "log")); err != nil {
+		t.Fatalf("the initial member's own copy was set aside: %v", err)
+	}
+}
