@@ -18,7 +18,7 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 		return nil, wireError(transport.CodeInvalidName, "%v", err)
 	}
 	if _, ok := n.catalog.stream(p.Stream.String()); !ok {
-		return nil, wireError(transport.CodeStreamNotFound, "stream %s does not exist", p.Stream)
+		return nil, n.streamNotFound("stream %s does not exist", p.Stream)
 	}
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
 		return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
@@ -32,6 +32,17 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 		return nil, wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	return nil, n.notHere(name)
+}
+
+// streamNotFound is the answer for a stream or partition the catalog does
+// not have: StreamNotFound, or ServiceNotReady while the node's catalog
+// is catching up after a restart (it may not know the stream yet, and a
+// client must not give up on a stream that exists).
+func (n *Node) streamNotFound(format string, args ...any) error {
+	if !n.catalogCurrent() {
+		return wireError(transport.CodeServiceNotReady, "node %s is catching up with the metadata group", n.cfg.NodeID)
+	}
+	return wireError(transport.CodeStreamNotFound, format, args...)
 }
 
 // metaNotLeader is the answer of a node that does not lead the metadata
@@ -54,11 +65,11 @@ func (n *Node) notHere(name string) error {
 	}
 	meta, ok := n.catalog.stream(p.Stream.String())
 	if !ok {
-		return wireError(transport.CodeStreamNotFound, "stream %s does not exist", p.Stream)
+		return n.streamNotFound("stream %s does not exist", p.Stream)
 	}
 	i := p.Number()
 	if (p.Index < 0) != (meta.Partitions == 1) || i >= meta.Partitions {
-		return wireError(transport.CodeStreamNotFound, "stream %s has no partition %s", p.Stream, name)
+		return n.streamNotFound("stream %s has no partition %s", p.Stream, name)
 	}
 	for _, id := range meta.Placement[i] {
 		if info, ok := n.catalog.node(id); ok {
@@ -77,7 +88,7 @@ func (n *Node) stream(name string) (geofabric.Stream, streamMeta, error) {
 	}
 	meta, ok := n.catalog.stream(st.String())
 	if !ok {
-		return st, meta, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st)
+		return st, meta, n.streamNotFound("stream %s does not exist", st)
 	}
 	return st, meta, nil
 }
