@@ -211,24 +211,72 @@ func (f *FS) Syncs() int {
 
 // stop unmounts and waits for the serve loop to return. If the mount is
 // busy it is detached: it disappears from the tree at once, and the
-// kernel ends the connection when its last user lets go.
+// kernel ends the connection when its last user lets go. If something
+// keeps the connection alive (a copy of the mount in another mount
+// namespace, a process stuck in a request), the connection is aborted
+// through the fuse control file system, which ends it at once.
 func (f *FS) stop() error {
 	select {
 	case <-f.served:
 		return nil // unmounted from outside
 	default:
 	}
-	if err := f.server.Unmount(); err != nil {
-		if derr := unix.Unmount(f.mountpoint, unix.MNT_DETACH); derr != nil {
-			return fmt.Errorf("lazyfs: unmount %s: %w; detach: %w", f.mountpoint, err, derr)
+	conn := ""
+	var st unix.Stat_t
+	if unix.Stat(f.mountpoint, &st) == nil {
+		conn = fmt.Sprint(st.Dev) // the connection's name under fusectl
+	}
+	unmounted := make(chan error, 1)
+	go func() {
+		// Owned by stop: it returns once the connection ends, which the
+		// abort below forces if nothing else does.
+		unmounted <- f.server.Unmount()
+	}()
+	select {
+	case err := <-unmounted:
+		if err != nil {
+			if derr := unix.Unmount(f.mountpoint, unix.MNT_DETACH); derr != nil {
+				return fmt.Errorf("lazyfs: unmount %s: %w; detach: %w", f.mountpoint, err, derr)
+			}
+		}
+	case <-time.After(abortAfter):
+		unix.Unmount(f.mountpoint, unix.MNT_DETACH)
+		if err := abort(conn); err != nil {
+			return fmt.Errorf("lazyfs: %s still in use after %v and not aborted: %w", f.mountpoint, abortAfter, err)
 		}
 	}
 	select {
 	case <-f.served:
 		return nil
 	case <-time.After(stopTimeout):
-		return fmt.Errorf("lazyfs: %s detached but still in use after %v", f.mountpoint, stopTimeout)
+		if err := abort(conn); err != nil {
+			return fmt.Errorf("lazyfs: %s detached but still in use after %v: %w", f.mountpoint, stopTimeout, err)
+		}
+		<-f.served
+		return nil
 	}
+}
+
+// abortAfter is how long stop lets an unmount wait for the connection to
+// end before it aborts the connection.
+const abortAfter = 5 * time.Second
+
+// fusectl is where the fuse control file system is mounted.
+const fusectl = "/sys/fs/fuse/connections"
+
+// abort ends a FUSE connection by its name under fusectl, mounting the
+// control file system if it is not.
+func abort(conn string) error {
+	if conn == "" {
+		return errors.New("the connection is not known")
+	}
+	file := filepath.Join(fusectl, conn, "abort")
+	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount fusectl: %w", err)
+		}
+	}
+	return os.WriteFile(file, []byte("1"), 0)
 }
 
 // change runs fn, which changes the backing file open as fd, with the

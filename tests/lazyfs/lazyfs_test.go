@@ -1,9 +1,11 @@
 package lazyfs
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -307,4 +309,44 @@ func mounted(t *testing.T, dir string) bool {
 		}
 	}
 	return false
+}
+
+// A copy of the mount in another mount namespace (what `ip netns exec`
+// gives a program) keeps the FUSE connection alive after the unmount:
+// Crash must not wait for it forever, it aborts the connection.
+func TestCrashWithACopyElsewhere(t *testing.T) {
+	fsys, backing, mnt := mount(t)
+	if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("lost"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A process in a new mount namespace, holding a copy of the mount;
+	// it says "ready" once the copy exists.
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "echo ready; exec sleep 120")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatalf("unshare: %v", err)
+	}
+	t.Cleanup(func() {
+		holder.Process.Kill()
+		holder.Wait()
+	})
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fsys.Crash() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Crash still waits a minute later")
+	}
+	if got, err := os.ReadFile(filepath.Join(backing, "f")); err != nil || len(got) != 0 {
+		t.Fatalf("after the crash: %q, %v", got, err)
+	}
 }
