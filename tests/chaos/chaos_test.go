@@ -25,6 +25,7 @@ var (
 	runNodes = flag.Int("chaos.nodes", 5, "fabriqd processes")
 	runOut   = flag.String("chaos.out", "", "directory for run directories (default: the system's temporary directory)")
 	runNetns = flag.Bool("chaos.netns", true, "run nodes in network namespaces (root, iproute2) to inject partitions and netem; loopback otherwise")
+	runDisks = flag.Bool("chaos.lazyfs", true, "put the nodes' data on lazyfs mounts (root, /dev/fuse) to inject power loss")
 )
 
 var bin string
@@ -57,6 +58,7 @@ type summary struct {
 	Duration string `json:"duration"`
 	Faults   int    `json:"faults_injected"`
 	Network  string `json:"network"`
+	Disks    string `json:"disks"`
 	// Per workload: the queue check, the append checks (linearizable
 	// offsets, no duplicate from producer retries), and for key_shared,
 	// failover and exclusive the order check (per key; per partition, with
@@ -108,16 +110,35 @@ func TestChaos(t *testing.T) {
 			network = "network namespaces on a bridge: partitions, one-way cuts; no latency/loss (the kernel has neither sch_netem nor sch_tbf)"
 		}
 	}
-	plan := Plan(seed, *runTime, *runNodes, Kinds(nt))
-	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cl, err := NewCluster(bin, filepath.Join(runDir, "data"), filepath.Join(runDir, "logs"), *runNodes, nt,
 		"--replace-dead-after", ReplaceDeadAfter.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Shutdown()
+	disksNote := "plain directories, no power loss (-chaos.lazyfs=false)"
+	var disks *Disks
+	_, nsenterErr := exec.LookPath("nsenter")
+	if *runDisks && nt != nil && nsenterErr != nil {
+		disksNote = "plain directories, no power loss: nodes enter their namespaces with `ip netns exec`, which copies the mounts (no nsenter)"
+	} else if *runDisks {
+		if disks, err = MountDisks(cl); err != nil {
+			disksNote = "plain directories, no power loss: " + err.Error()
+			t.Logf("lazyfs unavailable (%v): no power-loss faults", err)
+		} else {
+			disksNote = "lazyfs mounts: power loss drops what was not fsynced"
+			defer func() {
+				cl.Shutdown()
+				if err := disks.Unmount(); err != nil {
+					t.Errorf("unmount the disks: %v", err)
+				}
+			}()
+		}
+	}
+	plan := Plan(seed, *runTime, *runNodes, Kinds(nt, disks != nil))
+	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *runTime+10*time.Minute)
 	defer cancel()
 	for _, n := range cl.Nodes {
@@ -156,7 +177,7 @@ func TestChaos(t *testing.T) {
 	defer admin.Close()
 	var logMu sync.Mutex
 	var nemesisLog strings.Builder
-	nm := &Nemesis{C: cl,
+	nm := &Nemesis{C: cl, Disks: disks,
 		Leader: func(ctx context.Context) int {
 			st, err := admin.ClusterStatus(ctx)
 			if err != nil {
@@ -219,8 +240,8 @@ func TestChaos(t *testing.T) {
 	}
 	ops := h.Ops()
 	s := summary{Seed: seed, Nodes: *runNodes, Duration: runTime.String(), Faults: faults,
-		Network: network,
-		Queue:   map[string]QueueResult{}, Appends: map[string]AppendsResult{}, Order: map[string]KeyOrderResult{},
+		Network: network, Disks: disksNote,
+		Queue: map[string]QueueResult{}, Appends: map[string]AppendsResult{}, Order: map[string]KeyOrderResult{},
 		Cursors: map[string]CursorResult{}}
 	s.Valid = nerr == nil && herr == nil
 	for _, w := range workloads {
@@ -276,6 +297,11 @@ func TestChaos(t *testing.T) {
 		return
 	}
 	cl.Shutdown()
+	if disks != nil {
+		if err := disks.Unmount(); err != nil {
+			t.Errorf("unmount the disks: %v", err)
+		}
+	}
 	os.RemoveAll(filepath.Join(runDir, "data")) // a valid run keeps its history and logs, not its data
 }
 

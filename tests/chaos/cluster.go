@@ -221,6 +221,25 @@ func (c *Cluster) Kill(n *Node) {
 	<-exited
 }
 
+// KillTogether sends SIGKILL to every node given before it waits for any
+// of them: they go down at once.
+func (c *Cluster) KillTogether(nodes []*Node) {
+	var exits []chan struct{}
+	for _, n := range nodes {
+		n.mu.Lock()
+		cmd, exited := n.cmd, n.exited
+		n.cmd, n.paused = nil, false
+		n.mu.Unlock()
+		if cmd != nil {
+			cmd.Process.Signal(syscall.SIGKILL)
+			exits = append(exits, exited)
+		}
+	}
+	for _, e := range exits {
+		<-e
+	}
+}
+
 // Pause stops the process (SIGSTOP): its sockets stay open, nothing
 // answers.
 func (c *Cluster) Pause(n *Node) {

@@ -33,6 +33,10 @@ const (
 	// log segment of one of its partition copies: cuts its tail or
 	// flips bytes in it. It restarts after the fault.
 	DamageFile FaultKind = "damage-file"
+	// PowerLoss kills one to all nodes at once and drops every write
+	// they had not fsynced (their disks are lazyfs mounts); they restart
+	// after the fault. Only with Disks.
+	PowerLoss FaultKind = "power-loss"
 )
 
 // Network faults, with namespaces (Net) only.
@@ -61,9 +65,13 @@ const (
 var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency, SlowLink}
 
 // Kinds returns the fault kinds a run can inject: the process faults,
-// and with namespaces the network faults the kernel supports.
-func Kinds(nt *Net) []FaultKind {
+// power loss with lazyfs disks, and with namespaces the network faults
+// the kernel supports.
+func Kinds(nt *Net, disks bool) []FaultKind {
 	kinds := slices.Clone(allFaults)
+	if disks {
+		kinds = append(kinds, PowerLoss)
+	}
 	if nt == nil {
 		return kinds
 	}
@@ -122,6 +130,8 @@ func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []F
 			f.Nodes = r.Perm(nodes)[:(nodes-1)/2]
 		case KillAll:
 			f.Nodes = r.Perm(nodes)
+		case PowerLoss:
+			f.Nodes = r.Perm(nodes)[:1+r.IntN(nodes)]
 		}
 		if at+f.For > duration {
 			return plan
@@ -144,6 +154,8 @@ func FormatPlan(seed uint64, plan []Fault) string {
 // Nemesis runs a plan against a cluster.
 type Nemesis struct {
 	C *Cluster
+	// Disks, when set, holds the nodes' lazyfs disks (PowerLoss).
+	Disks *Disks
 	// Leader returns the index of the node leading the workloads' first
 	// partition, -1 if unknown.
 	Leader func(ctx context.Context) int
@@ -181,6 +193,9 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			switch f.Kind {
 			case PauseOne:
 				nm.C.Pause(n)
+			case PowerLoss:
+				// Every node of the fault goes down first: the power
+				// fails for all of them at once.
 			case DamageFile:
 				nm.C.Kill(n)
 				what, err := DamageSegment(n.Dir, f.Seed)
@@ -201,6 +216,20 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 				}
 			default:
 				nm.C.Kill(n)
+			}
+		}
+		if f.Kind == PowerLoss {
+			var down []*Node
+			for _, i := range nodes {
+				down = append(down, nm.C.Nodes[i])
+			}
+			nm.C.KillTogether(down)
+			for _, i := range nodes {
+				what, err := nm.Disks.PowerLoss(nm.C.Nodes[i])
+				if err != nil {
+					return done, fmt.Errorf("%v: %w", f, err)
+				}
+				nm.Log("%s: %s", nm.C.Nodes[i].ID, what)
 			}
 		}
 		done++

@@ -12,7 +12,7 @@ import (
 // The same seed gives the same plan; every fault kind comes up in a long
 // one; file damage carries its own seed.
 func TestPlanReplays(t *testing.T) {
-	kinds := Kinds(&Net{HasTBF: true})
+	kinds := Kinds(&Net{HasTBF: true}, true)
 	a := Plan(42, 20*time.Minute, 5, kinds)
 	b := Plan(42, 20*time.Minute, 5, kinds)
 	if !slices.EqualFunc(a, b, func(x, y Fault) bool { return x.String() == y.String() && x.Seed == y.Seed }) {

@@ -100,9 +100,16 @@ func (nt *Net) ns(i int) string { return fmt.Sprintf("%sn%d", nt.prefix, i) }
 // IP is node i's address.
 func (nt *Net) IP(i int) string { return fmt.Sprintf("%s.%d", nt.subnet, i+1) }
 
-// Command runs a program inside node i's namespace. `ip netns exec`
-// executes it in place, so the process's pid is the program's.
+// Command runs a program inside node i's network namespace, in place
+// (the process's pid is the program's). It enters the network namespace
+// only (nsenter): `ip netns exec` would also give the program a copy of
+// the mount table, and a copy of a lazyfs mount keeps its FUSE connection
+// alive after the test unmounts it. Without nsenter it falls back to `ip
+// netns exec`.
 func (nt *Net) Command(i int, bin string, args ...string) *exec.Cmd {
+	if path, err := exec.LookPath("nsenter"); err == nil {
+		return exec.Command(path, append([]string{"--net=/var/run/netns/" + nt.ns(i), "--", bin}, args...)...)
+	}
 	return exec.Command("ip", append([]string{"netns", "exec", nt.ns(i), bin}, args...)...)
 }
 

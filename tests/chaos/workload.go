@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -66,7 +67,11 @@ func (w Workload) Produce(ctx context.Context, url string, h *History) error {
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }
 
 func (w Workload) producer(ctx context.Context, url string, h *History, i int) error {
@@ -130,7 +135,11 @@ func (w Workload) Consume(ctx context.Context, url string, h *History) error {
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }
 
 func (w Workload) consumer(ctx context.Context, url string, h *History, i int) error {
