@@ -49,6 +49,7 @@ type Group struct {
 	logger  *slog.Logger
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
+	gate    *voteGate // trans as Raft sees it
 	layer   *Layer
 	store   *raftboltdb.BoltStore
 	snaps   *SnapshotStore
@@ -135,12 +136,15 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		Timeout: transportTimeout,
 		Logger:  newHCLogger(logger, "raft-net"),
 	})
-	undo = append(undo, func() { g.trans.Close() })
+	gate := newVoteGate(g.trans, raft.ServerID(cfg.NodeID))
+	undo = append(undo, func() { gate.Close() })
 
-	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), cfg.FSM, g.store, g.store, g.snaps, g.trans)
+	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), cfg.FSM, g.store, g.store, g.snaps, gate)
 	if err != nil {
 		return fail(err)
 	}
+	gate.raft.Store(g.raft)
+	g.gate = gate
 
 	g.current = g.readLeadership()
 	g.obs = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {
@@ -383,7 +387,7 @@ func (g *Group) close() error {
 		g.logger.Warn("raft did not stop in time; closing its connections", "timeout", g.cfg.ShutdownTimeout)
 		g.layer.Close()
 	}
-	g.trans.Close()
+	g.gate.Close()
 	g.layer.Close()
 
 	// The shutdown wait is one of the waiters: once they are all done,

@@ -423,3 +423,26 @@ func TestGroupLifecycle(t *testing.T) {
 		t.Fatalf("reopened fsm holds %v", e)
 	}
 }
+
+// A server that is not in its own configuration yet (a new member at the
+// address of one the group has not removed) votes for no one: its empty
+// log would otherwise elect any candidate in the old member's name.
+func TestNewMemberDoesNotVote(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	a := openTestGroup(t, nodes[0], "g", newTestFSM(filepath.Join(nodes[0].dir, "g-stage"), true), nil)
+	// node-1's member of the group is "node-1"; the server now at its
+	// address is a new one, never added.
+	fresh := openTestGroup(t, nodes[1], "g", newTestFSM(filepath.Join(nodes[1].dir, "g-stage"), true), func(c *GroupConfig) {
+		c.NodeID = "node-1@7"
+	})
+	servers := []Server{{ID: nodes[0].id, Address: nodes[0].addr(), Voter: true}, {ID: nodes[1].id, Address: nodes[1].addr(), Voter: true}}
+	if err := a.Bootstrap(ctxTimeout(t, 5*time.Second), servers); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the new server to refuse votes", func() bool {
+		return fresh.gate.refused.Load() >= 3
+	})
+	if a.IsLeader() {
+		t.Fatal("node-0 was elected with the vote of a server outside the group")
+	}
+}
