@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -234,17 +235,30 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 			li := lp.log.Info()
 			pi.StartOffset, pi.NextOffset = li.StartOffset, li.NextOffset
 			pi.Subscriptions = lp.describeSubscriptions()
-			ctx, cancel := context.WithTimeout(s.n.ctx, applyTimeout)
-			if servers, err := lp.group.Servers(ctx); err == nil {
-				for _, sv := range servers {
-					pi.Members = append(pi.Members, sv.ID)
+			// Only a committed configuration: a removal not yet
+			// committed may still fail, and a node told its member is
+			// gone deletes the member's copy.
+			if configCommitted(lp.group.Stats()) {
+				ctx, cancel := context.WithTimeout(s.n.ctx, applyTimeout)
+				if servers, err := lp.group.Servers(ctx); err == nil {
+					for _, sv := range servers {
+						pi.Members = append(pi.Members, sv.ID)
+					}
 				}
+				cancel()
 			}
-			cancel()
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}
 	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
+}
+
+// configCommitted reports whether a group's latest configuration is
+// committed, from its Raft stats.
+func configCommitted(st map[string]string) bool {
+	cfg, err1 := strconv.ParseUint(st["latest_configuration_index"], 10, 64)
+	commit, err2 := strconv.ParseUint(st["commit_index"], 10, 64)
+	return err1 == nil && err2 == nil && cfg <= commit
 }
 
 // describeSubscriptions reports each subscription's mode, backlog and
@@ -285,6 +299,17 @@ func (s *session) clusterStatus(c *transport.ClusterStatus) {
 func (n *Node) status() transport.ClusterInfo {
 	info := transport.ClusterInfo{Node: n.cfg.NodeID, Nodes: []transport.NodeStatus{}, Partitions: []transport.PartitionStatus{}}
 	info.MetaLeader, _ = n.meta.Leader()
+	if n.meta.IsLeader() {
+		// Everything committed is applied before the index is told: a
+		// restarting node waits for its catalog to reach it.
+		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+		if n.meta.Barrier(ctx) == nil {
+			info.MetaIndex = n.catalog.applied.Load()
+		}
+		cancel()
+	} else {
+		info.MetaIndex = n.catalog.applied.Load()
+	}
 	for _, nd := range n.catalog.nodes() {
 		info.Nodes = append(info.Nodes, transport.NodeStatus{
 			ID: nd.ID, State: n.nodeState(nd.ID), Region: nd.Region, ClientAddr: nd.ClientAddr, RaftAddr: nd.RaftAddr,

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
@@ -97,6 +98,9 @@ type deleteStreamEntry struct {
 type catalogState struct {
 	Nodes   map[string]nodeInfo    `msgpack:"nodes"`
 	Streams map[string]*streamMeta `msgpack:"streams"`
+	// Applied is the Raft index of the last entry applied: two catalogs
+	// with the same Applied are the same.
+	Applied uint64 `msgpack:"applied,omitempty"`
 }
 
 // catalog is the metadata state machine: nodes and streams with their
@@ -104,6 +108,9 @@ type catalogState struct {
 // know which partitions to run and where leaders' clients connect.
 type catalog struct {
 	changed func() // called after every apply or restore; must not block
+
+	// applied mirrors state.Applied, for readers that take no lock.
+	applied atomic.Uint64
 
 	mu    sync.RWMutex
 	state catalogState
@@ -178,6 +185,8 @@ func (c *catalog) Apply(l *raft.Log) any {
 		c.mu.Unlock()
 		panic(fmt.Sprintf("broker: unknown metadata entry type %d at raft index %d", l.Data[0], l.Index))
 	}
+	c.state.Applied = l.Index
+	c.applied.Store(l.Index)
 	c.notifyLocked()
 	c.mu.Unlock()
 	if err != nil {
@@ -215,6 +224,7 @@ func (c *catalog) Restore(rc io.ReadCloser) error {
 	}
 	c.mu.Lock()
 	c.state = st
+	c.applied.Store(st.Applied)
 	c.notifyLocked()
 	c.mu.Unlock()
 	if c.changed != nil {

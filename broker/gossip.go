@@ -184,6 +184,17 @@ func (n *Node) replaceDead() {
 				continue
 			}
 			delete(n.majorityLost, key)
+			if !slices.ContainsFunc(replicas, func(id string) bool { return dead[id] }) {
+				continue
+			}
+			if err := n.settled(s, i); err != nil {
+				if !n.majorityLost[key+" unsettled"] {
+					n.logger.Warn("partition has a dead replica but has not finished its last membership change; not moving it yet", "stream", s.Name, "partition", i, "reason", err)
+					n.majorityLost[key+" unsettled"] = true
+				}
+				continue
+			}
+			delete(n.majorityLost, key+" unsettled")
 			for _, old := range replicas {
 				if !dead[old] {
 					continue

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,7 +155,8 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return err
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.catchUpLoop()
 	go n.reconcileLoop()
 	go n.acceptLoop()
 	go n.balanceLoop()
@@ -349,7 +349,7 @@ func (n *Node) reconcile() {
 		}
 		lp, err := n.openPartition(name, self[name], replicas, initial[name])
 		if errors.Is(err, errStaleMember) {
-			n.logger.Debug("not opening a partition the catalog places here under an older member", "partition", name, "err", err)
+			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
 			continue
 		}
 		if errors.Is(err, storage.ErrCorrupt) {
@@ -392,24 +392,65 @@ func (n *Node) reconcile() {
 }
 
 // catalogCurrent reports whether this node's catalog has caught up with
-// the metadata group. A node that restarts replays the metadata log, and
-// its catalog passes through every placement of the past on the way:
-// acting on them would open partitions the node no longer holds and close
-// those it does. It waits until it has heard from the metadata leader and
-// applied what it knows committed (or leads the group); once it has, the
-// catalog only moves forward and this stays true.
-func (n *Node) catalogCurrent() bool {
-	if n.caughtUp.Load() {
-		return true
+// the metadata group since the node started (catchUpLoop). A node that
+// restarts replays the metadata log, and its catalog passes through every
+// placement of the past on the way: acting on them would open partitions
+// the node no longer holds, close those it does, and tell clients that
+// streams do not exist. Once caught up the catalog only moves forward.
+func (n *Node) catalogCurrent() bool { return n.caughtUp.Load() }
+
+// catchUpLoop waits until the catalog has applied every metadata entry the
+// metadata leader had applied when asked (a read barrier), then wakes
+// reconcile. It gives up only when the node stops.
+func (n *Node) catchUpLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if n.catchUp() {
+			n.caughtUp.Store(true)
+			n.logger.Info("catalog caught up with the metadata group", "index", n.catalog.applied.Load())
+			n.requestReconcile()
+			return
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
 	}
-	st := n.meta.Stats()
-	commit, _ := strconv.ParseUint(st["commit_index"], 10, 64)
-	applied, _ := strconv.ParseUint(st["applied_index"], 10, 64)
-	if n.meta.IsLeader() || (st["last_contact"] != "never" && commit > 0 && applied >= commit) {
-		n.caughtUp.Store(true)
-		return true
+}
+
+// catchUp makes one attempt: the leader passes a barrier (everything
+// committed is applied); another node asks the leader how far its
+// catalog is and waits for its own to get there.
+func (n *Node) catchUp() bool {
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	if n.meta.IsLeader() {
+		return n.meta.Barrier(ctx) == nil
 	}
-	return false
+	id, _ := n.meta.Leader()
+	info, ok := n.catalog.node(id)
+	if id == "" || !ok {
+		return false
+	}
+	ans, err := n.ask(info.ClientAddr, &transport.ClusterStatus{RequestID: 1})
+	res, _ := ans.(*transport.ClusterStatusResult)
+	if err != nil || res == nil || res.Status.Node != res.Status.MetaLeader || res.Status.MetaIndex == 0 {
+		return false
+	}
+	for {
+		changed := n.catalog.watch()
+		if n.catalog.applied.Load() >= res.Status.MetaIndex {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // replicasOf returns the server ids of a partition's replicas from the

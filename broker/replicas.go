@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -99,12 +101,38 @@ func (n *Node) claimPartitionDir(dir, self string) error {
 		if err := os.Rename(dir, aside); err != nil {
 			return fmt.Errorf("broker: setting aside the copy of member %s: %w", owner, err)
 		}
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
 		n.logger.Info("partition given back: the old copy is set aside, the new member starts empty", "dir", dir, "old", owner, "new", self)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The new copy is made under a name no partition has (names never
+	// hold "@"), marked, then renamed into place: a crash leaves either
+	// no copy or a marked one.
+	tmp := dir + "@new"
+	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Join(dir, replicaMarker), []byte(self+"\n"))
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(tmp, replicaMarker), []byte(self+"\n")); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+// syncDir makes a directory's entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // dirOwner returns the member a partition directory belongs to.
@@ -139,12 +167,7 @@ func writeFileSync(path string, data []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return syncDir(filepath.Dir(path))
 }
 
 // removeRetiredCopies deletes the copies set aside by claimPartitionDir
@@ -193,13 +216,23 @@ func (n *Node) removeRetiredCopies() {
 // renewReplica places a new member on the node of member, whose copy of
 // partition is damaged (see transport.RenewReplica). Only the metadata
 // leader does it.
-func (n *Node) renewReplica(partition, member string) error {
+func (n *Node) renewReplica(partition, member string, from net.Addr) error {
 	pn, err := geofabric.ParsePartition(partition)
 	if err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
 	}
 	if !n.meta.IsLeader() {
 		return n.metaNotLeader()
+	}
+	// Only the member's own node may ask: a renewal throws its copy
+	// away. (Token auth, when it comes, must cover node requests too.)
+	if from != nil && !n.fromNode(from, nodeOfReplica(member)) {
+		return wireError(transport.CodeNotAllowed, "only node %s may renew its member %s", nodeOfReplica(member), member)
+	}
+	if s, ok := n.catalog.stream(pn.Stream.String()); ok {
+		if err := n.settled(s, pn.Number()); err != nil {
+			return wireError(transport.CodeServiceNotReady, "partition %s is still changing members (%v); ask again", partition, err)
+		}
 	}
 	data, err := encodeEntry(metaRenewReplica, renewReplicaEntry{Stream: pn.Stream.String(), Partition: pn.Number(), Member: member})
 	if err != nil {
@@ -238,7 +271,7 @@ func (n *Node) askRenewal(partition, member string, cause error) {
 			delete(n.renewing, partition)
 			n.mu.Unlock()
 		}()
-		err := n.renewReplica(partition, member)
+		err := n.renewReplica(partition, member, nil)
 		var werr *transport.Error
 		if errors.As(err, &werr) && werr.Code == transport.CodeNotLeader && werr.LeaderHint != "" {
 			err = n.requestRenewal(werr.LeaderHint, partition, member)
@@ -266,6 +299,10 @@ func (n *Node) ask(addr string, req transport.Command) (transport.Command, error
 	if err != nil {
 		return nil, err
 	}
+	// The connection closes when ctx ends: no read outlives it (the
+	// node's Close waits for the goroutines that ask).
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
 	conn, err := transport.NewConn(nc, transport.DefaultConfig())
 	if err != nil {
 		nc.Close()
@@ -277,9 +314,6 @@ func (n *Node) ask(addr string, req transport.Command) (transport.Command, error
 	}
 	if err := conn.Send(ctx, req); err != nil {
 		return nil, err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		nc.SetReadDeadline(dl)
 	}
 	cmd, err := conn.Receive()
 	if err != nil {
@@ -297,8 +331,19 @@ func (n *Node) ask(addr string, req transport.Command) (transport.Command, error
 // answered by its leader only). A copy whose leader cannot be asked stays
 // for the next round.
 func (n *Node) removeMovedAwayCopies() {
+	if !n.catalogCurrent() {
+		return
+	}
+	// Leaders that cannot be reached cost a timeout each: the sweep
+	// stops after sweepBudget and goes on at the next round, so reconcile
+	// (which runs on the same goroutine) is not held up for long.
+	deadline := time.Now().Add(sweepBudget)
 	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "partitions", "*", "*", "*"))
+	rand.Shuffle(len(dirs), func(i, j int) { dirs[i], dirs[j] = dirs[j], dirs[i] })
 	for _, dir := range dirs {
+		if time.Now().After(deadline) {
+			return
+		}
 		leaf := filepath.Base(dir)
 		if strings.Contains(leaf, "@") {
 			continue // set aside: removeRetiredCopies
@@ -350,6 +395,9 @@ func (n *Node) removeMovedAwayCopies() {
 	}
 }
 
+// sweepBudget bounds one round of removeMovedAwayCopies.
+const sweepBudget = 3 * time.Second
+
 // placedNodes returns the nodes the catalog places a partition on.
 func (n *Node) placedNodes(pn geofabric.Partition) []string {
 	s, ok := n.catalog.stream(pn.Stream.String())
@@ -357,4 +405,75 @@ func (n *Node) placedNodes(pn geofabric.Partition) []string {
 		return nil
 	}
 	return s.Placement[pn.Number()]
+}
+
+// fromNode reports whether a connection from addr comes from node id: from
+// the host of one of the node's advertised addresses.
+func (n *Node) fromNode(addr net.Addr, id string) bool {
+	info, ok := n.catalog.node(id)
+	if !ok {
+		return false
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	for _, a := range []string{info.ClientAddr, info.RaftAddr} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h == host {
+			return true
+		}
+	}
+	return false
+}
+
+// settled reports whether partition i of stream s has finished its last
+// membership change: its leader's committed Raft configuration holds
+// exactly the members the catalog places. A move or a renewal waits for
+// it, so a group changes one member at a time: replacing a second member
+// while the first replacement is not in the group yet could leave the
+// group without a majority that can ever answer again.
+func (n *Node) settled(s streamMeta, i int) error {
+	st, err := geofabric.ParseStream(s.Name)
+	if err != nil || i >= s.Partitions {
+		return fmt.Errorf("no partition %d of %s", i, s.Name)
+	}
+	name := st.Partition(i, s.Partitions).String()
+	var members []string
+	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
+		if !configCommitted(lp.group.Stats()) {
+			return errors.New("its leader's configuration is not committed yet")
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+		servers, err := lp.group.Servers(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, sv := range servers {
+			members = append(members, sv.ID)
+		}
+	} else {
+		leader, _ := n.leaderOf(name)
+		info, ok := n.catalog.node(leader)
+		if leader == "" || !ok {
+			return errors.New("its leader is not known")
+		}
+		idx := int32(i)
+		ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name, Partition: &idx})
+		res, _ := ans.(*transport.DescribeStreamResult)
+		if err != nil {
+			return fmt.Errorf("asking its leader %s: %w", leader, err)
+		}
+		if res == nil || len(res.Info.Partitions) != 1 || len(res.Info.Partitions[0].Members) == 0 {
+			return fmt.Errorf("its leader %s told no committed configuration", leader)
+		}
+		members = res.Info.Partitions[0].Members
+	}
+	want := s.replicaIDs(i)
+	slices.Sort(members)
+	slices.Sort(want)
+	if !slices.Equal(members, want) {
+		return fmt.Errorf("its members are %v, the catalog places %v", members, want)
+	}
+	return nil
 }

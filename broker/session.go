@@ -358,7 +358,7 @@ func (s *session) handle(cmd transport.Command) {
 	case *transport.ClusterStatus:
 		s.clusterStatus(c)
 	case *transport.RenewReplica:
-		if err := s.n.renewReplica(c.Partition, c.Member); err != nil {
+		if err := s.n.renewReplica(c.Partition, c.Member, s.conn.RemoteAddr()); err != nil {
 			s.replyErr(c.RequestID, err)
 		} else {
 			s.reply(&transport.Success{RequestID: c.RequestID})

@@ -361,8 +361,9 @@ type PartitionInfo struct {
 	Leader    string   `msgpack:"l" json:"leader"`
 	Replicas  []string `msgpack:"r" json:"replicas"`
 	// Members is the partition's Raft configuration as the answering
-	// node's replica knows it: server ids, NODE or NODE@INDEX for a
-	// replica placed by a move (empty where the node holds no replica).
+	// node's replica knows it, once committed: server ids, NODE or
+	// NODE@INDEX for a replica placed by a move or renewed after damage
+	// (empty where the node holds no replica).
 	Members       []string           `msgpack:"mb,omitempty" json:"members,omitempty"`
 	StartOffset   uint64             `msgpack:"so" json:"start_offset"`
 	NextOffset    uint64             `msgpack:"no" json:"next_offset"`
@@ -442,8 +443,12 @@ type ClusterStatusResult struct {
 // ClusterInfo is the cluster as one node sees it.
 type ClusterInfo struct {
 	// Node is the id of the node that answered.
-	Node       string            `msgpack:"n" json:"node"`
-	MetaLeader string            `msgpack:"ml" json:"meta_leader"`
+	Node       string `msgpack:"n" json:"node"`
+	MetaLeader string `msgpack:"ml" json:"meta_leader"`
+	// MetaIndex is the last metadata entry the answering node's catalog
+	// applied (a restarting node waits for its own to reach the
+	// leader's before it acts on its catalog).
+	MetaIndex  uint64            `msgpack:"mi,omitempty" json:"meta_index,omitempty"`
 	Nodes      []NodeStatus      `msgpack:"ns" json:"nodes"`
 	Partitions []PartitionStatus `msgpack:"ps" json:"partitions"`
 }
