@@ -203,11 +203,12 @@ func TestChaos(t *testing.T) {
 
 	produceCtx, stopProducing := context.WithCancel(ctx)
 	consumeCtx, stopConsuming := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	var wg, producing sync.WaitGroup
 	errs := make(chan error, 2*len(workloads))
 	for _, w := range workloads {
-		wg.Add(2)
-		go func() { defer wg.Done(); errs <- w.Produce(produceCtx, url, h) }()
+		wg.Add(1)
+		producing.Add(1)
+		go func() { defer producing.Done(); errs <- w.Produce(produceCtx, url, h) }()
 		go func() { defer wg.Done(); errs <- w.Consume(consumeCtx, url, h) }()
 	}
 	faults, nerr := nm.Run(ctx, time.Now(), plan)
@@ -215,6 +216,9 @@ func TestChaos(t *testing.T) {
 	hctx, hcancel := context.WithTimeout(ctx, 2*time.Minute)
 	herr := cl.Heal(hctx)
 	hcancel()
+	// Every send has its outcome before the drain counts what is missing:
+	// a send still running (up to its timeout) may yet be acknowledged.
+	producing.Wait()
 	// Drain: consumers go on until every acknowledged send arrived, or
 	// nothing new arrived for a minute.
 	var undelivered Undelivered
