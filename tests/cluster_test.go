@@ -26,17 +26,30 @@ type clusterNode struct {
 	args   []string
 }
 
-// startCluster starts n nodes that bootstrap together by gossip.
+// startCluster starts n nodes that bootstrap together by gossip, each
+// with its data in a directory of its own under a temporary one.
 func startCluster(t testing.TB, n int, extra ...string) []*clusterNode {
 	t.Helper()
 	root := t.TempDir()
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = filepath.Join(root, fmt.Sprint("n", i+1))
+	}
+	return startClusterIn(t, dirs, extra...)
+}
+
+// startClusterIn starts len(dirs) nodes that bootstrap together by
+// gossip, node i with its data in dirs[i].
+func startClusterIn(t testing.TB, dirs []string, extra ...string) []*clusterNode {
+	t.Helper()
+	n := len(dirs)
 	gossip := make([]string, n)
 	for i := range gossip {
 		gossip[i] = freeAddr(t)
 	}
 	nodes := make([]*clusterNode, n)
 	for i := range nodes {
-		cn := &clusterNode{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(root, fmt.Sprint("n", i+1)), gossip: gossip[i]}
+		cn := &clusterNode{id: fmt.Sprintf("n%d", i+1), dir: dirs[i], gossip: gossip[i]}
 		cn.args = []string{
 			"--client-addr", freeAddr(t), "--raft-addr", freeAddr(t), "--gossip-addr", gossip[i],
 			"--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n],

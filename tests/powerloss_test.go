@@ -154,31 +154,6 @@ func produceAndKill(ctx context.Context, p *client.Producer, acks int, kill func
 	return acked, failed
 }
 
-// startClusterIn is startCluster with the nodes' data directories given.
-func startClusterIn(t testing.TB, dirs []string, extra ...string) []*clusterNode {
-	t.Helper()
-	n := len(dirs)
-	gossip := make([]string, n)
-	for i := range gossip {
-		gossip[i] = freeAddr(t)
-	}
-	nodes := make([]*clusterNode, n)
-	for i := range nodes {
-		cn := &clusterNode{id: fmt.Sprintf("n%d", i+1), dir: dirs[i], gossip: gossip[i]}
-		cn.args = []string{
-			"--client-addr", freeAddr(t), "--raft-addr", freeAddr(t), "--gossip-addr", gossip[i],
-			"--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n],
-		}
-		cn.args = append(cn.args, extra...)
-		cn.node = launch(t, cn.id, cn.dir, cn.args...)
-		nodes[i] = cn
-	}
-	for _, cn := range nodes {
-		cn.waitReady()
-	}
-	return nodes
-}
-
 // waitOffsets waits until every partition's leader holds the highest
 // acknowledged offset of its partition, and names the partitions that
 // came back short if that does not happen in time.
