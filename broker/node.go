@@ -56,9 +56,12 @@ type Node struct {
 
 	mu         sync.Mutex
 	partitions map[string]*localPartition
-	sessions   map[*session]struct{}
-	changed    chan struct{} // closed and replaced when partitions change
-	closed     bool
+	// retired holds the copies of partitions moved away that still run
+	// their group, retired (retirePartition), until it removes them.
+	retired  map[string]*localPartition
+	sessions map[*session]struct{}
+	changed  chan struct{} // closed and replaced when partitions change
+	closed   bool
 }
 
 // localPartition is a partition this node runs, with what it owns.
@@ -86,6 +89,7 @@ func NewNode(cfg Config) (*Node, error) {
 		renewing:     map[string]bool{},
 		stop:         make(chan struct{}),
 		partitions:   map[string]*localPartition{},
+		retired:      map[string]*localPartition{},
 		sessions:     map[*session]struct{}{},
 		changed:      make(chan struct{}),
 	}, nil
@@ -306,36 +310,59 @@ func (n *Node) reconcile() {
 			moved = append(moved, lp)
 		}
 	}
-	n.mu.Unlock()
 	type dropped struct {
 		lp     *localPartition
 		remove bool
 	}
 	var drop []dropped
+	var retire []*localPartition
 	for _, lp := range moved {
-		n.mu.Lock()
-		if n.partitions[lp.name] == lp {
-			delete(n.partitions, lp.name)
-			// A deleted stream's data goes. A replica moved away stops
-			// its group at once (a copy whose group went on without it
-			// must never campaign with its stale configuration: two such
-			// copies can elect each other over a shorter log) but keeps
-			// its data: it may still be part of the majority that holds
-			// acknowledged messages until the new replica has caught up.
-			drop = append(drop, dropped{lp: lp, remove: n.replicasOf(lp.name) == nil})
+		delete(n.partitions, lp.name)
+		_, placed := self[lp.name]
+		switch {
+		case n.replicasOf(lp.name) == nil:
+			// A deleted stream's data goes.
+			drop = append(drop, dropped{lp: lp, remove: true})
+		case placed:
+			// Given back: the old copy is set aside when the new
+			// member's opens (claimPartitionDir). The group removed
+			// the old member before the catalog could give it back.
+			drop = append(drop, dropped{lp: lp})
+		default:
+			retire = append(retire, lp)
 		}
-		n.mu.Unlock()
 	}
-	n.mu.Lock()
+	// A retired copy stops once its partition is given back or deleted;
+	// otherwise the copies sweep deletes it when its group has removed it.
+	var retiredLeaders []*localPartition
+	for name, lp := range n.retired {
+		_, placed := self[name]
+		switch {
+		case n.replicasOf(name) == nil:
+			delete(n.retired, name)
+			drop = append(drop, dropped{lp: lp, remove: true})
+		case placed:
+			delete(n.retired, name)
+			drop = append(drop, dropped{lp: lp})
+		case lp.group.IsLeader():
+			retiredLeaders = append(retiredLeaders, lp)
+		}
+	}
+	for _, lp := range retire {
+		n.retired[lp.name] = lp
+	}
 	have := make(map[string]bool, len(n.partitions))
 	for name := range n.partitions {
 		have[name] = true
 	}
 	n.mu.Unlock()
+	for _, lp := range retire {
+		n.retirePartition(lp)
+	}
+	for _, lp := range retiredLeaders {
+		n.handOver(lp)
+	}
 	for _, d := range drop {
-		if !d.remove {
-			n.logger.Info("replica moved away; its group stops here, its data stays on disk", "partition", d.lp.name)
-		}
 		n.closePartition(d.lp, d.remove)
 		// Only a deleted stream's routes go: a tombstone for a partition
 		// that lives on elsewhere would hide its leader from every node.
@@ -347,7 +374,7 @@ func (n *Node) reconcile() {
 		if have[name] {
 			continue
 		}
-		lp, err := n.openPartition(name, self[name], replicas, initial[name])
+		lp, err := n.openPartition(name, self[name], replicas, initial[name], false)
 		if errors.Is(err, errStaleMember) {
 			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
 			continue
@@ -468,12 +495,16 @@ func (n *Node) replicasOf(partition string) []string {
 }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
-// leads match its replicas (server ids, see replicaID). Members no longer
-// placed go first: a replica moved away stops its group as soon as its
-// node learns of the move, so it counts in no majority, and a node given
-// a partition back joins as a new member at the address of the old one,
-// which the group takes only once the old member is gone. Then the
-// missing replicas (or those at a new address) are added.
+// leads match its replicas (server ids, see replicaID).
+//
+// Members no longer placed whose node is down, or whose node is given a
+// new member (a renewed copy, at the same address), go first: they count
+// in no majority, and the group takes a new server at an address only
+// once the old one is gone. Then the missing replicas (or those at a new
+// address) are added. Members no longer placed on live nodes go last:
+// their copies run retired (retirePartition) and keep answering, so the
+// group never has fewer members able to answer while the new ones catch
+// up.
 func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
@@ -485,16 +516,31 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	for _, s := range servers {
 		have[s.ID] = s.Address
 	}
+	placedNodes := map[string]bool{}
+	for _, id := range replicas {
+		placedNodes[nodeOfReplica(id)] = true
+	}
+	var later []string
+	remove := func(id string) bool {
+		if err := lp.group.RemoveServer(ctx, id); err != nil {
+			n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", id, "err", err)
+			return false
+		}
+		delete(have, id)
+		n.logger.Info("replica removed", "partition", lp.name, "replica", id)
+		return true
+	}
 	for id := range have {
 		if slices.Contains(replicas, id) || id == lp.replica {
 			continue
 		}
-		if err := lp.group.RemoveServer(ctx, id); err != nil {
-			n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", id, "err", err)
+		if node := nodeOfReplica(id); !placedNodes[node] && n.nodeState(node) == "alive" {
+			later = append(later, id)
+			continue
+		}
+		if !remove(id) {
 			return
 		}
-		delete(have, id)
-		n.logger.Info("replica removed", "partition", lp.name, "replica", id)
 	}
 	for _, id := range replicas {
 		info, ok := n.catalog.node(nodeOfReplica(id))
@@ -506,6 +552,38 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 			return
 		}
 		n.logger.Info("replica added", "partition", lp.name, "replica", id, "addr", info.RaftAddr)
+	}
+	for _, id := range later {
+		if !remove(id) {
+			return
+		}
+	}
+}
+
+// retirePartition keeps running the copy of a partition moved away from
+// this node, retired (cluster.Group.Retire): it serves no client and never
+// campaigns, but it answers its group's leader and votes until the group
+// has removed its member. Stopping it at once could leave the group
+// without a majority that can answer: its replacement may not have caught
+// up, and another member may be down. Running on, with a configuration
+// the group may have left, it must never lead: copies like it could elect
+// each other over a shorter log.
+func (n *Node) retirePartition(lp *localPartition) {
+	n.logger.Info("replica moved away; its copy follows its group, retired, until the group removes it", "partition", lp.name, "member", lp.replica)
+	lp.group.Retire()
+	lp.stopAccepting()
+	if lp.group.IsLeader() {
+		n.handOver(lp)
+	}
+}
+
+// handOver asks a retired copy that leads its group to hand leadership to
+// another member; reconcile asks again while it leads.
+func (n *Node) handOver(lp *localPartition) {
+	ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
+	defer cancel()
+	if err := lp.group.TransferLeadership(ctx); err != nil {
+		n.logger.Warn("a retired copy could not hand its leadership over; will try again", "partition", lp.name, "err", err)
 	}
 }
 
@@ -524,7 +602,10 @@ func (n *Node) partitionDir(name string) string {
 // of its group. A replica of the stream's initial placement bootstraps the
 // group with the others (all of them with the same configuration); a
 // replica placed later waits for the leader to add it.
-func (n *Node) openPartition(name, self string, replicas, initial []string) (*localPartition, error) {
+//
+// A retired copy (a member of a group this node no longer holds a place
+// in, see retirePartition) opens retired, with nothing to bootstrap.
+func (n *Node) openPartition(name, self string, replicas, initial []string, retired bool) (*localPartition, error) {
 	dir := n.partitionDir(name)
 	if err := n.claimPartitionDir(dir, self); err != nil {
 		return nil, err
@@ -552,12 +633,13 @@ func (n *Node) openPartition(name, self string, replicas, initial []string) (*lo
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
 	gcfg.NodeID = self
+	gcfg.Retired = retired
 	g, err := cluster.OpenGroup(gcfg)
 	if err != nil {
 		log.Close()
 		return nil, err
 	}
-	if !slices.Contains(initial, n.cfg.NodeID) {
+	if retired || !slices.Contains(initial, n.cfg.NodeID) {
 		replicas = nil
 	}
 	var servers []cluster.Server
@@ -581,7 +663,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string) (*lo
 	}
 	p := newPartition(name, pcfg, log, f, g, n.logger, func() error { return n.notLeaderError(name, g) })
 	p.onLeadership = func(l cluster.Leadership) {
-		if !l.IsLeader {
+		if !l.IsLeader || g.Retired() {
 			return
 		}
 		if n.gossip != nil {
@@ -739,8 +821,11 @@ func (n *Node) acceptLoop() {
 // the hand-over; Close follows whatever happens.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.mu.Lock()
-	parts := make([]*localPartition, 0, len(n.partitions))
+	parts := make([]*localPartition, 0, len(n.partitions)+len(n.retired))
 	for _, lp := range n.partitions {
+		parts = append(parts, lp)
+	}
+	for _, lp := range n.retired {
 		parts = append(parts, lp)
 	}
 	n.mu.Unlock()
@@ -809,8 +894,13 @@ func (n *Node) Close() error {
 	n.mu.Lock()
 	parts := n.partitions
 	n.partitions = map[string]*localPartition{}
+	retired := n.retired
+	n.retired = map[string]*localPartition{}
 	n.mu.Unlock()
 	for _, lp := range parts {
+		n.closePartition(lp, false)
+	}
+	for _, lp := range retired {
 		n.closePartition(lp, false)
 	}
 	var err error

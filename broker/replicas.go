@@ -325,11 +325,13 @@ func (n *Node) ask(addr string, req transport.Command) (transport.Command, error
 	return cmd, nil
 }
 
-// removeMovedAwayCopies deletes the copies of partitions this node no
-// longer holds once their group has removed the member they belong to,
+// removeMovedAwayCopies looks after the copies of partitions this node no
+// longer holds. Once their group has removed the member they belong to,
 // as the partition's leader answers (a describe of one partition is
-// answered by its leader only). A copy whose leader cannot be asked stays
-// for the next round.
+// answered by its leader only), they are deleted. Until then they run
+// retired (retirePartition): a node that restarts opens them again, since
+// the group may need them for its majority, and so does a node that cannot
+// learn whether they are still needed.
 func (n *Node) removeMovedAwayCopies() {
 	if !n.catalogCurrent() {
 		return
@@ -359,6 +361,7 @@ func (n *Node) removeMovedAwayCopies() {
 		}
 		n.mu.Lock()
 		opening := n.renewing[pn.String()]
+		running := n.retired[pn.String()]
 		n.mu.Unlock()
 		if opening || slices.Contains(n.placedNodes(pn), n.cfg.NodeID) {
 			continue // placed here: reconcile opens it (or is renewing it)
@@ -373,26 +376,58 @@ func (n *Node) removeMovedAwayCopies() {
 		if !ok {
 			continue
 		}
-		leader, _ := n.leaderOf(pn.String())
-		info, known := n.catalog.node(leader)
-		if leader == "" || !known {
-			continue
+		switch members, err := n.committedMembers(s, pn); {
+		case err == nil && !slices.Contains(members, owner):
+			if running != nil {
+				n.mu.Lock()
+				delete(n.retired, pn.String())
+				n.mu.Unlock()
+				n.closePartition(running, false)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				n.logger.Warn("removing a moved-away copy", "dir", dir, "err", err)
+				continue
+			}
+			n.logger.Info("moved-away copy removed: its group has removed its member", "partition", pn.String(), "member", owner)
+		case running == nil:
+			// Still a member, or nobody can tell: the group may count it.
+			lp, err := n.openPartition(pn.String(), owner, nil, nil, true)
+			if err != nil {
+				n.logger.Warn("cannot open a moved-away copy its group may still count", "partition", pn.String(), "member", owner, "err", err)
+				continue
+			}
+			lp.stopAccepting()
+			n.mu.Lock()
+			if n.closed {
+				n.mu.Unlock()
+				n.closePartition(lp, false)
+				return
+			}
+			n.retired[pn.String()] = lp
+			n.mu.Unlock()
+			n.logger.Info("moved-away copy opened retired: its group may still count it", "partition", pn.String(), "member", owner)
 		}
-		idx := int32(pn.Number())
-		ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name, Partition: &idx})
-		res, _ := ans.(*transport.DescribeStreamResult)
-		if err != nil || res == nil || len(res.Info.Partitions) != 1 {
-			continue
-		}
-		if members := res.Info.Partitions[0].Members; len(members) == 0 || slices.Contains(members, owner) {
-			continue
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			n.logger.Warn("removing a moved-away copy", "dir", dir, "err", err)
-			continue
-		}
-		n.logger.Info("moved-away copy removed: its group has removed its member", "partition", pn.String(), "member", owner)
 	}
+}
+
+// committedMembers asks the leader of a partition for the members of its
+// committed configuration.
+func (n *Node) committedMembers(s streamMeta, pn geofabric.Partition) ([]string, error) {
+	leader, _ := n.leaderOf(pn.String())
+	info, known := n.catalog.node(leader)
+	if leader == "" || !known {
+		return nil, errors.New("its leader is not known")
+	}
+	idx := int32(pn.Number())
+	ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name, Partition: &idx})
+	if err != nil {
+		return nil, fmt.Errorf("asking its leader %s: %w", leader, err)
+	}
+	res, _ := ans.(*transport.DescribeStreamResult)
+	if res == nil || len(res.Info.Partitions) != 1 || len(res.Info.Partitions[0].Members) == 0 {
+		return nil, fmt.Errorf("its leader %s told no committed configuration", leader)
+	}
+	return res.Info.Partitions[0].Members, nil
 }
 
 // sweepBudget bounds one round of removeMovedAwayCopies.
@@ -437,7 +472,8 @@ func (n *Node) settled(s streamMeta, i int) error {
 	if err != nil || i >= s.Partitions {
 		return fmt.Errorf("no partition %d of %s", i, s.Name)
 	}
-	name := st.Partition(i, s.Partitions).String()
+	pn := st.Partition(i, s.Partitions)
+	name := pn.String()
 	var members []string
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
 		if !configCommitted(lp.group.Stats()) {
@@ -453,21 +489,10 @@ func (n *Node) settled(s streamMeta, i int) error {
 			members = append(members, sv.ID)
 		}
 	} else {
-		leader, _ := n.leaderOf(name)
-		info, ok := n.catalog.node(leader)
-		if leader == "" || !ok {
-			return errors.New("its leader is not known")
-		}
-		idx := int32(i)
-		ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name, Partition: &idx})
-		res, _ := ans.(*transport.DescribeStreamResult)
+		members, err = n.committedMembers(s, pn)
 		if err != nil {
-			return fmt.Errorf("asking its leader %s: %w", leader, err)
+			return err
 		}
-		if res == nil || len(res.Info.Partitions) != 1 || len(res.Info.Partitions[0].Members) == 0 {
-			return fmt.Errorf("its leader %s told no committed configuration", leader)
-		}
-		members = res.Info.Partitions[0].Members
 	}
 	want := s.replicaIDs(i)
 	slices.Sort(members)

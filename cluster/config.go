@@ -83,6 +83,9 @@ type GroupConfig struct {
 	ShutdownTimeout time.Duration
 	// Logger receives the group's and hashicorp/raft's logs. Nil discards.
 	Logger *slog.Logger
+	// Retired opens the member retired (see Group.Retire): a member the
+	// group may still count, whose place has been given to another.
+	Retired bool
 }
 
 // DefaultGroupConfig returns the defaults of every optional field. The

@@ -137,6 +137,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		Logger:  newHCLogger(logger, "raft-net"),
 	})
 	gate := newVoteGate(g.trans, raft.ServerID(cfg.NodeID))
+	gate.retired.Store(cfg.Retired)
 	undo = append(undo, func() { gate.Close() })
 
 	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), cfg.FSM, g.store, g.store, g.snaps, gate)
@@ -346,6 +347,19 @@ func (g *Group) TransferLeadershipTo(ctx context.Context, id, addr string) error
 	})
 	return err
 }
+
+// Retire makes this member a follower for good: it keeps its log, answers
+// the leader and votes, but never campaigns again (a leadership transfer
+// to it is refused too). A member whose place in the group has been given
+// to another server is retired until the group has removed it: it stays
+// part of the majority the group counts, yet, running on a configuration
+// the group may have left, it must never lead. A retired leader stays
+// leader until it hands leadership over (TransferLeadership) or loses it.
+// It cannot be undone; close the group instead.
+func (g *Group) Retire() { g.gate.retired.Store(true) }
+
+// Retired reports whether Retire was called.
+func (g *Group) Retired() bool { return g.gate.retired.Load() }
 
 // Snapshot takes a snapshot now, at the last applied index (again if one
 // was taken there already), and compacts the log behind it, keeping

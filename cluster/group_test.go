@@ -446,3 +446,61 @@ func TestNewMemberDoesNotVote(t *testing.T) {
 		t.Fatal("node-0 was elected with the vote of a server outside the group")
 	}
 }
+
+// A retired member still counts: it replicates and votes, so the group
+// keeps its majority and elects a leader with its vote. It never leads:
+// two retired members that are a majority of their configuration do not
+// elect each other.
+func TestRetiredMemberVotesButNeverCampaigns(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "g", nil)
+	leader := waitLeader(t, gs)
+	rest := others(gs, leader)
+	retired, keeper := rest[0], rest[1]
+	retired.Retire()
+	if err := retired.TransferLeadershipTo(ctxTimeout(t, time.Second), keeper.node.id, keeper.node.addr()); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a follower transferred leadership: %v", err)
+	}
+	// The keeper leaves: the leader and the retired member are the
+	// majority, and writes go on.
+	if err := keeper.Close(); err != nil {
+		t.Fatal(err)
+	}
+	applyAll(t, []*testGroup{leader, retired}, cmds("a", 5)...)
+	waitEntries(t, []*testGroup{leader, retired}, cmds("a", 5))
+	if leader.Retired() || !retired.Retired() {
+		t.Fatal("Retired reports the wrong members")
+	}
+
+	// A leadership transfer to the retired member is refused.
+	if err := leader.TransferLeadershipTo(ctxTimeout(t, 5*time.Second), retired.node.id, retired.node.addr()); err == nil {
+		t.Fatal("leadership went to a retired member")
+	}
+	if retired.IsLeader() {
+		t.Fatal("the retired member leads")
+	}
+
+	// The leader goes too, and comes back: only the retired member can
+	// give it the vote it needs, and does.
+	nodes2 := []*testNode{leader.node}
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	back := openTestGroup(t, nodes2[0], "g", newTestFSM(filepath.Join(nodes2[0].dir, "g-stage-2"), true), nil)
+	eventually(t, 20*time.Second, "the returning member to win with the retired member's vote", back.IsLeader)
+
+	// It goes again and comes back retired: the two members left are a
+	// majority of their configuration, both retired, and neither leads.
+	if err := back.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := openTestGroup(t, nodes2[0], "g", newTestFSM(filepath.Join(nodes2[0].dir, "g-stage-3"), true), func(c *GroupConfig) {
+		c.Retired = true
+	})
+	eventually(t, 20*time.Second, "both retired members to hold back their campaigns", func() bool {
+		return retired.gate.campaigns.Load() >= 3 && again.gate.campaigns.Load() >= 3
+	})
+	if retired.IsLeader() || again.IsLeader() {
+		t.Fatal("a retired member was elected")
+	}
+}

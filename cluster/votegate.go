@@ -23,16 +23,24 @@ import (
 // an empty log and could elect a candidate missing entries the member had
 // acknowledged. Once the leader has added the server, its configuration
 // holds it; by then the group has removed the member it replaces.
+//
+// A retired server (Group.Retire) never campaigns: its own RequestVote and
+// RequestPreVote fail before they leave, and TimeoutNow is refused. It
+// still answers AppendEntries and votes, so the group keeps its majority
+// until it has removed the member.
 type voteGate struct {
 	*raft.NetworkTransport
-	local raft.ServerID
-	raft  atomic.Pointer[raft.Raft]
-	out   chan raft.RPC
-	stop  chan struct{}
-	once  sync.Once
-	wg    sync.WaitGroup
-	// refused counts the requests answered "no".
-	refused atomic.Int64
+	local   raft.ServerID
+	raft    atomic.Pointer[raft.Raft]
+	out     chan raft.RPC
+	stop    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	retired atomic.Bool
+	// refused counts the requests answered "no"; campaigns counts the
+	// vote requests of a retired server held back.
+	refused   atomic.Int64
+	campaigns atomic.Int64
 }
 
 func newVoteGate(t *raft.NetworkTransport, local raft.ServerID) *voteGate {
@@ -48,6 +56,28 @@ func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
 // errNotMember answers TimeoutNow sent to a server outside its group.
 var errNotMember = errors.New("cluster: not a member of the group's configuration yet")
 
+// errRetired fails the vote requests of a retired server, and answers a
+// TimeoutNow sent to it.
+var errRetired = errors.New("cluster: this member is retired: it never campaigns")
+
+// RequestVote implements raft.Transport: a retired server asks nobody.
+func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if g.retired.Load() {
+		g.campaigns.Add(1)
+		return errRetired
+	}
+	return g.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote implements raft.WithPreVote: a retired server asks nobody.
+func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if g.retired.Load() {
+		g.campaigns.Add(1)
+		return errRetired
+	}
+	return g.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
 // loop passes RPCs on to Raft, answering the refused ones itself. It ends
 // with close.
 func (g *voteGate) loop() {
@@ -59,6 +89,11 @@ func (g *voteGate) loop() {
 		case rpc = <-in:
 		case <-g.stop:
 			return
+		}
+		if _, ok := rpc.Command.(*raft.TimeoutNowRequest); ok && g.retired.Load() {
+			rpc.Respond(nil, errRetired)
+			g.refused.Add(1)
+			continue
 		}
 		if !g.member() {
 			refused := true
