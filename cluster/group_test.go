@@ -504,3 +504,27 @@ func TestRetiredMemberVotesButNeverCampaigns(t *testing.T) {
 		t.Fatal("a retired member was elected")
 	}
 }
+
+// A member the group added but that has not received anything yet (no
+// log, no configuration) votes when asked under its own id: the group
+// whose majority needs it elects a leader.
+func TestNewMemberVotesAsItself(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes[:2], "g", nil)
+	leader := waitLeader(t, gs)
+	applyAll(t, gs, "before")
+	if err := leader.AddVoter(ctxTimeout(t, 5*time.Second), nodes[2].id, nodes[2].addr()); err != nil {
+		t.Fatal(err)
+	}
+	// Both old members stop before the new one ever ran.
+	for _, g := range gs {
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := openTestGroup(t, nodes[2], "g", newTestFSM(filepath.Join(nodes[2].dir, "g-stage"), true), nil)
+	back := openTestGroup(t, nodes[0], "g", newTestFSM(filepath.Join(nodes[0].dir, "g-stage-2"), true), nil)
+	eventually(t, 20*time.Second, "a leader elected with the new member's vote", back.IsLeader)
+	applyAll(t, []*testGroup{back, fresh}, "after")
+	waitEntries(t, []*testGroup{back, fresh}, []string{"before", "after"})
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -9,20 +10,25 @@ import (
 )
 
 // voteGate is the group's transport as Raft sees it: NetworkTransport,
-// with the requests that ask a member to vote or to campaign (RequestVote,
-// RequestPreVote, TimeoutNow) answered "no" while this server is not in
-// its own Raft configuration.
+// with each vote request addressed to a server id, not only to an
+// address, and answered "no" by a server with another id.
 //
-// A server that joins a group it was never part of starts with an empty
-// log and no configuration. hashicorp/raft checks a candidate's membership
-// only against a configuration it has, and an empty log is never more up
-// to date than a candidate's, so such a server grants every vote. Votes
-// are counted by address: a server started at the address of a member the
-// group has not removed yet (a node given a partition back, or renewing a
-// damaged copy, under a new server id) would cast that member's vote with
-// an empty log and could elect a candidate missing entries the member had
-// acknowledged. Once the leader has added the server, its configuration
-// holds it; by then the group has removed the member it replaces.
+// Votes are counted by the id the candidate asked, but go to an address. A
+// server started at the address of a member the group has not removed yet
+// (a node given a partition back, or renewing a damaged copy, under a new
+// server id) would cast that member's vote with its own, shorter log, and
+// could elect a candidate missing entries the member had acknowledged. So
+// the gate of the candidate writes the id it asks into the request (in
+// RequestVote's Candidate field, which hashicorp/raft no longer reads: the
+// RPC header carries the candidate's address), and the gate of the voter
+// refuses a request meant for another id. A request without it (from an
+// older node) is answered only by a server in its own configuration.
+//
+// A server asked under its own id votes as Raft says, even with an empty
+// log or a configuration that does not hold it yet: that is its true state,
+// and a group whose majority needs a member that has not caught up yet
+// can still elect a leader. Pre-votes change nothing and pass; TimeoutNow
+// is refused while the server is not in its own configuration.
 //
 // A retired server (Group.Retire) never campaigns: its own RequestVote and
 // RequestPreVote fail before they leave, and TimeoutNow is refused. It
@@ -60,13 +66,34 @@ var errNotMember = errors.New("cluster: not a member of the group's configuratio
 // TimeoutNow sent to it.
 var errRetired = errors.New("cluster: this member is retired: it never campaigns")
 
-// RequestVote implements raft.Transport: a retired server asks nobody.
+// voterPrefix starts the voter's id in a RequestVote's Candidate field; an
+// address never starts with a NUL byte.
+const voterPrefix = "\x00voter:"
+
+// RequestVote implements raft.Transport: the request names the server it
+// asks; a retired server asks nobody.
 func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	if g.retired.Load() {
 		g.campaigns.Add(1)
 		return errRetired
 	}
-	return g.NetworkTransport.RequestVote(id, target, args, resp)
+	// Raft sends one request to every peer: each gets its own copy.
+	req := *args
+	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id
+	req.Candidate = []byte(voterPrefix + string(id))
+	return g.NetworkTransport.RequestVote(id, target, &req, resp)
+}
+
+// meantFor reports whether a vote request is meant for this server.
+func (g *voteGate) meantFor(req *raft.RequestVoteRequest) bool {
+	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id
+	to, ok := bytes.CutPrefix(req.Candidate, []byte(voterPrefix))
+	if !ok {
+		return g.member()
+	}
+	//lint:ignore SA1019 restored to what older versions of Raft read
+	req.Candidate = req.Addr
+	return raft.ServerID(to) == g.local
 }
 
 // RequestPreVote implements raft.WithPreVote: a retired server asks nobody.
@@ -95,22 +122,20 @@ func (g *voteGate) loop() {
 			g.refused.Add(1)
 			continue
 		}
-		if !g.member() {
-			refused := true
-			switch req := rpc.Command.(type) {
-			case *raft.RequestVoteRequest:
-				rpc.Respond(&raft.RequestVoteResponse{Term: req.Term, Granted: false}, nil)
-			case *raft.RequestPreVoteRequest:
-				rpc.Respond(&raft.RequestPreVoteResponse{Term: req.Term, Granted: false}, nil)
-			case *raft.TimeoutNowRequest:
+		refused := false
+		switch req := rpc.Command.(type) {
+		case *raft.RequestVoteRequest:
+			if refused = !g.meantFor(req); refused {
+				rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}, nil)
+			}
+		case *raft.TimeoutNowRequest:
+			if refused = !g.member(); refused {
 				rpc.Respond(nil, errNotMember)
-			default:
-				refused = false
 			}
-			if refused {
-				g.refused.Add(1)
-				continue
-			}
+		}
+		if refused {
+			g.refused.Add(1)
+			continue
 		}
 		select {
 		case g.out <- rpc:
@@ -119,6 +144,11 @@ func (g *voteGate) loop() {
 			return
 		}
 	}
+}
+
+// header is the RPC header of this server's answers.
+func (g *voteGate) header() raft.RPCHeader {
+	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(g.local), Addr: g.EncodePeer(g.local, g.LocalAddr())}
 }
 
 // member reports whether this server is in its latest configuration.
