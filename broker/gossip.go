@@ -187,7 +187,13 @@ func (n *Node) replaceDead() {
 			if !slices.ContainsFunc(replicas, func(id string) bool { return dead[id] }) {
 				continue
 			}
-			if err := n.settled(s, i); err != nil {
+			var leaving []string
+			for _, id := range replicas {
+				if dead[id] {
+					leaving = append(leaving, id)
+				}
+			}
+			if err := n.settled(s, i, leaving); err != nil {
 				if !n.majorityLost[key+" unsettled"] {
 					n.logger.Warn("partition has a dead replica but has not finished its last membership change; not moving it yet", "stream", s.Name, "partition", i, "reason", err)
 					n.majorityLost[key+" unsettled"] = true

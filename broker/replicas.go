@@ -230,7 +230,7 @@ func (n *Node) renewReplica(partition, member string, from net.Addr) error {
 		return wireError(transport.CodeNotAllowed, "only node %s may renew its member %s", nodeOfReplica(member), member)
 	}
 	if s, ok := n.catalog.stream(pn.Stream.String()); ok {
-		if err := n.settled(s, pn.Number()); err != nil {
+		if err := n.settled(s, pn.Number(), []string{nodeOfReplica(member)}); err != nil {
 			return wireError(transport.CodeServiceNotReady, "partition %s is still changing members (%v); ask again", partition, err)
 		}
 	}
@@ -463,11 +463,15 @@ func (n *Node) fromNode(addr net.Addr, id string) bool {
 
 // settled reports whether partition i of stream s has finished its last
 // membership change: its leader's committed Raft configuration holds
-// exactly the members the catalog places. A move or a renewal waits for
-// it, so a group changes one member at a time: replacing a second member
-// while the first replacement is not in the group yet could leave the
-// group without a majority that can ever answer again.
-func (n *Node) settled(s streamMeta, i int) error {
+// exactly the members the catalog places, and so does the committed
+// configuration of every placed member on a node not in except (the
+// nodes whose member is about to be replaced). A move or a renewal waits
+// for it, so a group changes one member at a time, and only once every
+// member has caught up with the change before: a member that has not
+// (one added a moment ago) rejects the votes of members its old
+// configuration does not know (hashicorp/raft does), and replacing a
+// second member then can leave a majority that never elects a leader.
+func (n *Node) settled(s streamMeta, i int, except []string) error {
 	st, err := geofabric.ParseStream(s.Name)
 	if err != nil || i >= s.Partitions {
 		return fmt.Errorf("no partition %d of %s", i, s.Name)
@@ -500,5 +504,60 @@ func (n *Node) settled(s streamMeta, i int) error {
 	if !slices.Equal(members, want) {
 		return fmt.Errorf("its members are %v, the catalog places %v", members, want)
 	}
+	for _, node := range s.Placement[i] {
+		if slices.Contains(except, node) {
+			continue
+		}
+		view, err := n.membersSeenBy(s, pn, node)
+		if err != nil {
+			return fmt.Errorf("asking node %s: %w", node, err)
+		}
+		slices.Sort(view)
+		if !slices.Equal(view, want) {
+			return fmt.Errorf("node %s has not caught up with the group's members (it has %v)", node, view)
+		}
+	}
 	return nil
+}
+
+// membersSeenBy returns the members of a partition's Raft configuration as
+// the copy on node holds it, when that configuration is committed there
+// (empty otherwise, or when the node does not run the partition).
+func (n *Node) membersSeenBy(s streamMeta, pn geofabric.Partition, node string) ([]string, error) {
+	if node == n.cfg.NodeID {
+		lp, ok := n.partition(pn.String())
+		if !ok || !configCommitted(lp.group.Stats()) {
+			return nil, nil
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+		defer cancel()
+		servers, err := lp.group.Servers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for _, sv := range servers {
+			ids = append(ids, sv.ID)
+		}
+		return ids, nil
+	}
+	info, ok := n.catalog.node(node)
+	if !ok {
+		return nil, errors.New("not registered")
+	}
+	// A describe of the whole stream is answered from the node's own view.
+	ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name})
+	if err != nil {
+		return nil, err
+	}
+	res, _ := ans.(*transport.DescribeStreamResult)
+	if res == nil {
+		return nil, errors.New("no describe answer")
+	}
+	for _, p := range res.Info.Partitions {
+		if int(p.Partition) == pn.Number() {
+			return p.Members, nil
+		}
+	}
+	return nil, nil
 }
