@@ -238,19 +238,31 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is
 			// gone deletes the member's copy.
-			if configCommitted(lp.group.Stats()) {
-				ctx, cancel := context.WithTimeout(s.n.ctx, applyTimeout)
-				if servers, err := lp.group.Servers(ctx); err == nil {
-					for _, sv := range servers {
-						pi.Members = append(pi.Members, sv.ID)
-					}
-				}
-				cancel()
-			}
+			pi.Members, _ = s.n.committedConfig(lp)
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}
 	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
+}
+
+// committedConfig returns the members of a local copy's Raft
+// configuration when that configuration is committed as the copy knows
+// it, nil otherwise.
+func (n *Node) committedConfig(lp *localPartition) ([]string, error) {
+	if !configCommitted(lp.group.Stats()) {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	defer cancel()
+	servers, err := lp.group.Servers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(servers))
+	for _, sv := range servers {
+		ids = append(ids, sv.ID)
+	}
+	return ids, nil
 }
 
 // configCommitted reports whether a group's latest configuration is

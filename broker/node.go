@@ -387,14 +387,9 @@ func (n *Node) reconcile() {
 			n.logger.Error("cannot open partition", "partition", name, "err", err)
 			continue
 		}
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
-			n.closePartition(lp, false)
+		if !n.keep(n.partitions, lp) {
 			return
 		}
-		n.partitions[name] = lp
-		n.mu.Unlock()
 	}
 	n.mu.Lock()
 	close(n.changed)
@@ -672,8 +667,27 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		n.requestReconcile() // a new leader checks the replicas
 	}
 	target.Store(p)
-	p.start()
+	if retired {
+		p.stopAccepting() // serves nobody: its loops never start
+	} else {
+		p.start()
+	}
 	return &localPartition{partition: p, group: g, replica: self}, nil
+}
+
+// keep records a partition just opened in into (n.partitions or
+// n.retired), or closes it if the node has closed meanwhile; it reports
+// whether it kept it.
+func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		n.closePartition(lp, false)
+		return false
+	}
+	into[lp.name] = lp
+	n.mu.Unlock()
+	return true
 }
 
 // closePartition stops a partition; with remove its data goes too.

@@ -396,15 +396,9 @@ func (n *Node) removeMovedAwayCopies() {
 				n.logger.Warn("cannot open a moved-away copy its group may still count", "partition", pn.String(), "member", owner, "err", err)
 				continue
 			}
-			lp.stopAccepting()
-			n.mu.Lock()
-			if n.closed {
-				n.mu.Unlock()
-				n.closePartition(lp, false)
+			if !n.keep(n.retired, lp) {
 				return
 			}
-			n.retired[pn.String()] = lp
-			n.mu.Unlock()
 			n.logger.Info("moved-away copy opened retired: its group may still count it", "partition", pn.String(), "member", owner)
 		}
 	}
@@ -480,17 +474,11 @@ func (n *Node) settled(s streamMeta, i int, except []string) error {
 	name := pn.String()
 	var members []string
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
-		if !configCommitted(lp.group.Stats()) {
-			return errors.New("its leader's configuration is not committed yet")
-		}
-		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-		servers, err := lp.group.Servers(ctx)
-		cancel()
-		if err != nil {
+		if members, err = n.committedConfig(lp); err != nil {
 			return err
 		}
-		for _, sv := range servers {
-			members = append(members, sv.ID)
+		if members == nil {
+			return errors.New("its leader's configuration is not committed yet")
 		}
 	} else {
 		members, err = n.committedMembers(s, pn)
@@ -526,20 +514,10 @@ func (n *Node) settled(s streamMeta, i int, except []string) error {
 func (n *Node) membersSeenBy(s streamMeta, pn geofabric.Partition, node string) ([]string, error) {
 	if node == n.cfg.NodeID {
 		lp, ok := n.partition(pn.String())
-		if !ok || !configCommitted(lp.group.Stats()) {
+		if !ok {
 			return nil, nil
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-		defer cancel()
-		servers, err := lp.group.Servers(ctx)
-		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for _, sv := range servers {
-			ids = append(ids, sv.ID)
-		}
-		return ids, nil
+		return n.committedConfig(lp)
 	}
 	info, ok := n.catalog.node(node)
 	if !ok {
