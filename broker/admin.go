@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sort"
-	"strconv"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -238,7 +237,7 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is
 			// gone deletes the member's copy.
-			pi.Members, _ = s.n.committedConfig(lp)
+			pi.Members = s.n.committedConfig(lp)
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}
@@ -247,30 +246,13 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 
 // committedConfig returns the members of a local copy's Raft
 // configuration when that configuration is committed as the copy knows
-// it, nil otherwise.
-func (n *Node) committedConfig(lp *localPartition) ([]string, error) {
-	if !configCommitted(lp.group.Stats()) {
-		return nil, nil
+// it and no change is in flight, nil otherwise.
+func (n *Node) committedConfig(lp *localPartition) []string {
+	st := lp.group.ConfigStatus()
+	if !st.Known || st.Pending {
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-	defer cancel()
-	servers, err := lp.group.Servers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, 0, len(servers))
-	for _, sv := range servers {
-		ids = append(ids, sv.ID)
-	}
-	return ids, nil
-}
-
-// configCommitted reports whether a group's latest configuration is
-// committed, from its Raft stats.
-func configCommitted(st map[string]string) bool {
-	cfg, err1 := strconv.ParseUint(st["latest_configuration_index"], 10, 64)
-	commit, err2 := strconv.ParseUint(st["commit_index"], 10, 64)
-	return err1 == nil && err2 == nil && cfg <= commit
+	return st.Committed.IDs()
 }
 
 // describeSubscriptions reports each subscription's mode, backlog and

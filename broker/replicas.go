@@ -171,8 +171,8 @@ func writeFileSync(path string, data []byte) error {
 }
 
 // removeRetiredCopies deletes the copies set aside by claimPartitionDir
-// whose member the group has removed, as this node's running member of
-// the group sees its configuration.
+// whose member the group has removed, as the committed configuration of
+// this node's running member of the group says.
 func (n *Node) removeRetiredCopies() {
 	n.mu.Lock()
 	parts := make([]*localPartition, 0, len(n.partitions))
@@ -186,16 +186,13 @@ func (n *Node) removeRetiredCopies() {
 		if len(aside) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-		servers, err := lp.group.Servers(ctx)
-		cancel()
-		if err != nil {
+		// Only a committed configuration: a removal in flight may still
+		// fail, and the group would then count the deleted copy.
+		st := lp.group.ConfigStatus()
+		if !st.Known {
 			continue
 		}
-		var ids []string
-		for _, s := range servers {
-			ids = append(ids, s.ID)
-		}
+		ids := st.Committed.IDs()
 		if !slices.Contains(ids, lp.replica) {
 			continue // not a member yet: the configuration is not the group's
 		}
@@ -474,10 +471,7 @@ func (n *Node) settled(s streamMeta, i int, except []string) error {
 	name := pn.String()
 	var members []string
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
-		if members, err = n.committedConfig(lp); err != nil {
-			return err
-		}
-		if members == nil {
+		if members = n.committedConfig(lp); members == nil {
 			return errors.New("its leader's configuration is not committed yet")
 		}
 	} else {
@@ -517,7 +511,7 @@ func (n *Node) membersSeenBy(s streamMeta, pn geofabric.Partition, node string) 
 		if !ok {
 			return nil, nil
 		}
-		return n.committedConfig(lp)
+		return n.committedConfig(lp), nil
 	}
 	info, ok := n.catalog.node(node)
 	if !ok {

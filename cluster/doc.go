@@ -24,8 +24,9 @@
 //     NetworkTransport accepts and dials through.
 //   - Group: one Raft group on this node. OpenGroup, Bootstrap, Apply,
 //     Barrier, leadership (IsLeader, Leader, Term, WatchLeader,
-//     WaitForLeader), membership (Servers, AddVoter, AddNonvoter,
-//     RemoveServer, TransferLeadership), Snapshot, Stats, Close.
+//     WaitForLeader), membership (Servers, the latest configuration;
+//     ConfigStatus, the committed one; AddVoter, AddNonvoter,
+//     RemoveServer, TransferLeadership), Snapshot, Lag, Close.
 //   - SnapshotStore and DirSink: a raft.SnapshotStore whose sinks can adopt
 //     a directory of hard links (a storage.Snapshot) by renaming it, and
 //     that expands it back into bytes through an ExpandFunc when the

@@ -53,6 +53,7 @@ type Group struct {
 	layer   *Layer
 	store   *raftboltdb.BoltStore
 	snaps   *SnapshotStore
+	fsm     *configFSM // cfg.FSM, learning committed configurations
 	obs     *raft.Observer
 	obsCh   chan raft.Observation
 	stop    chan struct{} // closed by Close: stops the leadership loop
@@ -140,7 +141,9 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	gate.retired.Store(cfg.Retired)
 	undo = append(undo, func() { gate.Close() })
 
-	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), cfg.FSM, g.store, g.store, g.snaps, gate)
+	g.fsm = &configFSM{FSM: cfg.FSM, snaps: g.snaps}
+	g.fsm.fromSnapshots()
+	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), g.fsm, g.store, g.store, g.snaps, gate)
 	if err != nil {
 		return fail(err)
 	}
@@ -259,10 +262,6 @@ func (g *Group) Term() uint64 { return g.raft.CurrentTerm() }
 // AppliedIndex returns the index of the last entry handed to the FSM.
 func (g *Group) AppliedIndex() uint64 { return g.raft.AppliedIndex() }
 
-// Stats returns hashicorp/raft's statistics (state, term, indexes,
-// configuration, ...), for diagnostics only.
-func (g *Group) Stats() map[string]string { return g.raft.Stats() }
-
 // WaitForLeader waits until this node knows a leader and returns its node
 // id.
 func (g *Group) WaitForLeader(ctx context.Context) (string, error) {
@@ -294,12 +293,7 @@ func (g *Group) Servers(ctx context.Context) ([]Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf := f.(raft.ConfigurationFuture).Configuration()
-	out := make([]Server, 0, len(conf.Servers))
-	for _, s := range conf.Servers {
-		out = append(out, Server{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
-	}
-	return out, nil
+	return toServers(f.(raft.ConfigurationFuture).Configuration()), nil
 }
 
 // AddVoter adds a voting member, or updates its address. The leader first
