@@ -151,11 +151,18 @@ type dispatcher struct {
 
 	wake chan struct{}
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// ctx is cancelled by signal: a push in flight ends at once.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, durable bool, start uint64) *dispatcher {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &dispatcher{
+		ctx:         ctx,
+		cancel:      cancel,
 		p:           p,
 		name:        name,
 		mode:        mode,
@@ -176,19 +183,36 @@ func (d *dispatcher) start() {
 	go d.run()
 }
 
+// signal tells the loop to stop and ends a push in flight, without
+// waiting.
+func (d *dispatcher) signal() {
+	d.stopOnce.Do(func() {
+		close(d.stop)
+		d.cancel()
+	})
+}
+
 // close stops the loop and waits for it.
 func (d *dispatcher) close() {
-	select {
-	case <-d.stop:
-	default:
-		close(d.stop)
-	}
+	d.signal()
 	d.wg.Wait()
 	d.mu.Lock()
 	if d.drainTimer != nil {
 		d.drainTimer.Stop()
 	}
 	d.mu.Unlock()
+}
+
+// closeDispatchers stops ds together: every loop is told to stop (its
+// push in flight cancelled) before any is waited for, so slow consumers
+// cost one cancellation, not one push timeout each.
+func closeDispatchers(ds []*dispatcher) {
+	for _, d := range ds {
+		d.signal()
+	}
+	for _, d := range ds {
+		d.close()
+	}
 }
 
 // notifyData wakes the loop for new messages, unless it is stalled.
@@ -855,7 +879,7 @@ func (d *dispatcher) dispatchOnce() bool {
 // gone: the session notices and removes the consumer, which puts the
 // messages back.
 func (d *dispatcher) push(c *consumer, frame *transport.Message) {
-	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+	ctx, cancel := context.WithTimeout(d.ctx, deliverTimeout)
 	defer cancel()
 	if err := c.out.deliver(ctx, frame); err != nil {
 		d.p.logger.Debug("delivery failed", "subscription", d.name, "consumer", c.name, "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -210,17 +211,20 @@ func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
 // telling their sessions.
 func (p *partition) evictAll() {
 	p.mu.Lock()
-	ds := p.dispatchers
+	ds := slices.Collect(maps.Values(p.dispatchers))
 	p.dispatchers = map[string]*dispatcher{}
 	owners := p.owners
 	p.owners = map[string]*session{}
 	p.mu.Unlock()
 	for _, d := range ds {
+		d.signal() // pushes in flight end now, not after deliverTimeout
+	}
+	for _, d := range ds {
 		for _, c := range d.detachAll() {
 			c.out.evictConsumer(c.id)
 		}
-		d.close()
 	}
+	closeDispatchers(ds)
 	for name, s := range owners {
 		s.evictProducer(p, name)
 	}
@@ -247,12 +251,10 @@ func (p *partition) stopAccepting() {
 func (p *partition) wait() {
 	p.wg.Wait()
 	p.mu.Lock()
-	ds := p.dispatchers
+	ds := slices.Collect(maps.Values(p.dispatchers))
 	p.dispatchers = map[string]*dispatcher{}
 	p.mu.Unlock()
-	for _, d := range ds {
-		d.close()
-	}
+	closeDispatchers(ds)
 }
 
 // onApplied wakes the dispatchers after the state machine applied an

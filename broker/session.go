@@ -217,7 +217,9 @@ func (s *session) reply(cmd transport.Command) {
 }
 
 // deliver queues a Message frame, waiting for room (the dispatcher's
-// backpressure) until ctx ends.
+// backpressure) until ctx ends. A client that takes no frames until the
+// deadline loses its connection; a push cancelled because its dispatcher
+// stops leaves the connection alone.
 func (s *session) deliver(ctx context.Context, m *transport.Message) error {
 	select {
 	case s.msgs <- m:
@@ -225,7 +227,9 @@ func (s *session) deliver(ctx context.Context, m *transport.Message) error {
 	case <-s.done:
 		return errors.New("connection closed")
 	case <-ctx.Done():
-		s.close()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.close()
+		}
 		return ctx.Err()
 	}
 }

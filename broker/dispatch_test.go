@@ -1,0 +1,59 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// stalledOutbox is a consumer's connection that never takes a frame: a
+// push waits until its context ends, and says why it ended.
+type stalledOutbox struct {
+	pushing chan struct{}
+	ended   chan error
+}
+
+func (o *stalledOutbox) deliver(ctx context.Context, _ *transport.Message) error {
+	o.pushing <- struct{}{}
+	<-ctx.Done()
+	o.ended <- ctx.Err()
+	return ctx.Err()
+}
+func (o *stalledOutbox) evictConsumer(uint64)      {}
+func (o *stalledOutbox) activeChange(uint64, bool) {}
+func (o *stalledOutbox) probe(time.Duration) bool  { return false }
+func (o *stalledOutbox) drop()                     {}
+
+// Closing the dispatchers of a partition that stops leading ends every
+// push in flight at once: K consumers that take no frames hold up
+// leadership loss and shutdown for one cancellation, not for K push
+// timeouts (deliverTimeout each), and their pushes end cancelled, not
+// expired.
+func TestCloseDispatchersCancelsStalledPushes(t *testing.T) {
+	const k = 4
+	p := &partition{logger: slog.New(slog.DiscardHandler)}
+	out := &stalledOutbox{pushing: make(chan struct{}, k), ended: make(chan error, k)}
+	var ds []*dispatcher
+	var wg sync.WaitGroup
+	for i := range k {
+		d := newDispatcher(p, "s", transport.Shared, true, 0)
+		ds = append(ds, d)
+		c := &consumer{id: uint64(i), name: "stalled", out: out}
+		wg.Go(func() { d.push(c, &transport.Message{ConsumerID: c.id}) })
+	}
+	for range k {
+		<-out.pushing
+	}
+	closeDispatchers(ds)
+	for i := range k {
+		if err := <-out.ended; !errors.Is(err, context.Canceled) {
+			t.Errorf("push %d ended with %v, want it cancelled by the close", i, err)
+		}
+	}
+	wg.Wait()
+}
