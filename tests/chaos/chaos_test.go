@@ -69,14 +69,18 @@ type summary struct {
 	// Cursors: per workload, no ack that returned ok is undone.
 	Cursors  map[string]CursorResult `json:"cursors"`
 	Replicas ReplicasResult          `json:"replicas"`
+	// OnNodes: every acknowledged message on every current replica, at
+	// the offset its receipt gave.
+	OnNodes OnNodesResult `json:"on_nodes"`
 }
 
 // TestChaos runs four workloads — a shared queue, a key_shared keyed
 // stream and a failover ordered log, each over 2 partitions, and an
 // exclusive log over one, all with 3 replicas — on a 5-node cluster while
 // a seeded plan kills, pauses, partitions and restarts nodes and moves
-// replicas; then heals, drains, checks the history and compares the
-// replicas' logs byte for byte.
+// replicas; then heals, drains, checks the history, compares the
+// replicas' logs byte for byte and looks up every acknowledged message on
+// every replica.
 func TestChaos(t *testing.T) {
 	seed := *runSeed
 	if seed == 0 {
@@ -282,7 +286,8 @@ func TestChaos(t *testing.T) {
 		cl.Stop(n)
 	}
 	s.Replicas = CompareReplicas(cl, "chaos", "jepsen", placement)
-	s.Valid = s.Valid && s.Replicas.Valid
+	s.OnNodes = CheckOnNodes(cl, "chaos", "jepsen", workloads, ops, placement)
+	s.Valid = s.Valid && s.Replicas.Valid && s.OnNodes.Valid
 	if err := h.WriteFile(filepath.Join(runDir, "history.jsonl")); err != nil {
 		t.Error(err)
 	}
@@ -307,15 +312,4 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	os.RemoveAll(filepath.Join(runDir, "data")) // a valid run keeps its history and logs, not its data
-}
-
-// own returns the workload's operations.
-func (w Workload) own(ops []Op) []Op {
-	var out []Op
-	for _, op := range ops {
-		if op.Process >= w.FirstProcess && op.Process < w.FirstProcess+w.Producers+w.Consumers {
-			out = append(out, op)
-		}
-	}
-	return out
 }

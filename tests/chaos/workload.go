@@ -221,3 +221,14 @@ func (u *Undelivered) Update(h *History) (missing, records int) {
 	}
 	return u.missing, u.next
 }
+
+// own returns the workload's operations.
+func (w Workload) own(ops []Op) []Op {
+	var out []Op
+	for _, op := range ops {
+		if op.Process >= w.FirstProcess && op.Process < w.FirstProcess+w.Producers+w.Consumers {
+			out = append(out, op)
+		}
+	}
+	return out
+}
