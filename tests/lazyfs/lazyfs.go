@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,9 @@ type FS struct {
 	// change reaches a backing file.
 	gate    sync.RWMutex
 	crashed bool
+
+	// full makes the file system refuse new data with ENOSPC (SetFull).
+	full atomic.Bool
 
 	mu      sync.Mutex // guards the fields below
 	logs    map[inodeKey]*undoLog
@@ -119,6 +123,12 @@ func Mount(backing, mountpoint string) (*FS, error) {
 	}
 	return f, nil
 }
+
+// SetFull makes the file system act as a full disk, or stop doing so:
+// while full, writes and size increases fail with ENOSPC and statfs
+// reports no free blocks; reads, syncs, shrinking truncations and
+// removals go on, as on a real full disk.
+func (f *FS) SetFull(full bool) { f.full.Store(full) }
 
 // Mountpoint returns where the file system is mounted.
 func (f *FS) Mountpoint() string { return f.mountpoint }

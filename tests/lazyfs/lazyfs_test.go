@@ -350,3 +350,47 @@ func TestCrashWithACopyElsewhere(t *testing.T) {
 		t.Fatalf("after the crash: %q, %v", got, err)
 	}
 }
+
+// SetFull: while full, writes and growth fail with ENOSPC and statfs
+// shows no free blocks; reads, syncs, shrinking and removals go on; once
+// no longer full, writes work again.
+func TestFullRefusesNewData(t *testing.T) {
+	fsys, _, mnt := mount(t)
+	path := filepath.Join(mnt, "f")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	fsys.SetFull(true)
+	if _, err := f.Write([]byte("more")); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("write while full: %v, want ENOSPC", err)
+	}
+	if err := f.Truncate(100); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("growing truncate while full: %v, want ENOSPC", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != nil || st.Bavail != 0 || st.Bfree != 0 {
+		t.Fatalf("statfs while full: %+v, %v; want no free blocks", st, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("sync while full: %v", err)
+	}
+	b := make([]byte, 4)
+	if _, err := f.ReadAt(b, 0); err != nil || string(b) != "kept" {
+		t.Fatalf("read while full: %q, %v", b, err)
+	}
+	if err := f.Truncate(2); err != nil {
+		t.Fatalf("shrinking truncate while full: %v", err)
+	}
+	fsys.SetFull(false)
+	if err := unix.Statfs(mnt, &st); err != nil || st.Bavail == 0 {
+		t.Fatalf("statfs once no longer full: %+v, %v", st, err)
+	}
+	if _, err := f.WriteAt([]byte("pt"), 2); err != nil {
+		t.Fatalf("write once no longer full: %v", err)
+	}
+}

@@ -25,6 +25,7 @@ var (
 	_ fs.NodeTmpfiler        = (*node)(nil)
 	_ fs.NodeSetattrer       = (*node)(nil)
 	_ fs.NodeCopyFileRanger  = (*node)(nil)
+	_ fs.NodeStatfser        = (*node)(nil)
 	_ fs.InodeEmbedder       = (*node)(nil)
 	_ fs.FileHandle          = (*handle)(nil)
 	_ fs.FileReader          = (*handle)(nil)
@@ -43,6 +44,18 @@ var (
 // WrapChild makes every node go-fuse creates under n a lazyfs node.
 func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
 	return &node{LoopbackNode: ops.(*fs.LoopbackNode), fs: n.fs}
+}
+
+// Statfs reports the backing file system's figures, with no free blocks
+// while the file system acts as full.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	if errno := n.LoopbackNode.Statfs(ctx, out); errno != 0 {
+		return errno
+	}
+	if n.fs.full.Load() {
+		out.Bfree, out.Bavail = 0, 0
+	}
+	return 0
 }
 
 // Open opens the backing file read-write even when asked for write-only,
@@ -113,6 +126,11 @@ func (n *node) truncate(size int64) syscall.Errno {
 		return fs.ToErrno(err)
 	}
 	defer unix.Close(fd)
+	if n.fs.full.Load() {
+		if cur, err := fileSize(fd); err != nil || size > cur {
+			return syscall.ENOSPC
+		}
+	}
 	return n.fs.change(fd, func(l *undoLog) error {
 		if err := l.noteTruncate(fd, size); err != nil {
 			return err
@@ -173,6 +191,9 @@ func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResu
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.fs.full.Load() && len(data) > 0 {
+		return 0, syscall.ENOSPC
+	}
 	var written uint32
 	errno := h.fs.change(h.fd, func(l *undoLog) error {
 		if err := l.noteWrite(h.fd, off, len(data)); err != nil {
@@ -202,6 +223,9 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 		return syscall.EOPNOTSUPP // moves data: not undoable with a saved range
 	}
 	zeroes := mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_ZERO_RANGE) != 0
+	if h.fs.full.Load() && mode&unix.FALLOC_FL_PUNCH_HOLE == 0 {
+		return syscall.ENOSPC
+	}
 	return h.fs.change(h.fd, func(l *undoLog) error {
 		if err := l.noteAllocate(h.fd, int64(off), int64(size), zeroes); err != nil {
 			return err
@@ -211,6 +235,11 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 }
 
 func (h *handle) truncate(size int64) syscall.Errno {
+	if h.fs.full.Load() {
+		if cur, err := fileSize(h.fd); err != nil || size > cur {
+			return syscall.ENOSPC
+		}
+	}
 	return h.fs.change(h.fd, func(l *undoLog) error {
 		if err := l.noteTruncate(h.fd, size); err != nil {
 			return err
