@@ -37,6 +37,12 @@ const (
 	// they had not fsynced (their disks are lazyfs mounts); they restart
 	// after the fault. Only with Disks.
 	PowerLoss FaultKind = "power-loss"
+	// PauseMajority and PauseAll SIGSTOP a majority, or every node, at
+	// once: no group can commit until they go on.
+	PauseMajority FaultKind = "pause-majority"
+	PauseAll      FaultKind = "pause-all"
+	// KillMetaLeader SIGKILLs the leader of the metadata group.
+	KillMetaLeader FaultKind = "kill-meta-leader"
 )
 
 // Network faults, with namespaces (Net) only.
@@ -60,9 +66,20 @@ const (
 	// 80 ms of queue (a token bucket): latency under load, and loss of
 	// what overflows. It stands in for netem where the kernel lacks it.
 	SlowLink FaultKind = "slow-link"
+	// IsolateMetaLeader cuts the metadata group's leader off from every
+	// other node.
+	IsolateMetaLeader FaultKind = "isolate-meta-leader"
+	// KillInPartition splits the nodes into a majority and a minority,
+	// then SIGKILLs one node of the majority.
+	KillInPartition FaultKind = "kill-in-partition"
+	// MoveInPartition splits the nodes into a majority and a minority for
+	// longer than --replace-dead-after: the majority moves the
+	// minority's replicas while the minority still runs them.
+	MoveInPartition FaultKind = "move-in-partition"
 )
 
-var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency, SlowLink}
+var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency, SlowLink,
+	IsolateMetaLeader, KillInPartition, MoveInPartition}
 
 // Kinds returns the fault kinds a run can inject: the process faults,
 // power loss with lazyfs disks, and with namespaces the network faults
@@ -87,7 +104,8 @@ func Kinds(nt *Net, disks bool) []FaultKind {
 // with; MoveReplicas outlasts it.
 const ReplaceDeadAfter = 6 * time.Second
 
-var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm, DamageFile}
+var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm, DamageFile,
+	PauseMajority, PauseAll, KillMetaLeader}
 
 // Fault is one step of a plan: at At, Kind hits Nodes (indexes) for For,
 // then the cluster heals.
@@ -114,7 +132,14 @@ func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []F
 	for {
 		f := Fault{At: at, Kind: kinds[r.IntN(len(kinds))], For: 2*time.Second + time.Duration(r.Int64N(int64(4*time.Second)))}
 		switch f.Kind {
-		case PartitionHalves, PartitionBridge:
+		case PartitionHalves, PartitionBridge, KillInPartition:
+			f.Nodes = r.Perm(nodes)
+		case MoveInPartition:
+			f.Nodes = r.Perm(nodes)
+			f.For = ReplaceDeadAfter + 4*time.Second + time.Duration(r.Int64N(int64(3*time.Second)))
+		case PauseMajority:
+			f.Nodes = r.Perm(nodes)[:nodes/2+1]
+		case PauseAll:
 			f.Nodes = r.Perm(nodes)
 		case KillOne, PauseOne:
 			f.Nodes = []int{r.IntN(nodes)}
@@ -159,6 +184,9 @@ type Nemesis struct {
 	// Leader returns the index of the node leading the workloads' first
 	// partition, -1 if unknown.
 	Leader func(ctx context.Context) int
+	// MetaLeader returns the index of the metadata group's leader, -1 if
+	// unknown.
+	MetaLeader func(ctx context.Context) int
 	// Log receives what the nemesis does.
 	Log func(format string, args ...any)
 }
@@ -173,8 +201,8 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			return done, ctx.Err()
 		}
 		nodes := f.Nodes
-		if f.Kind == KillLeader || f.Kind == IsolateLeader || f.Kind == MuteLeader {
-			i := nm.Leader(ctx)
+		if leader := nm.leaderFor(f.Kind); leader != nil {
+			i := leader(ctx)
 			if i < 0 {
 				nm.Log("%v: no leader known; skipped", f)
 				continue
@@ -185,13 +213,10 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 		if err := nm.network(f.Kind, nodes); err != nil {
 			return done, fmt.Errorf("%v: %w", f, err)
 		}
-		for _, i := range nodes {
-			if slices.Contains(netFaults, f.Kind) {
-				break
-			}
+		for _, i := range processTargets(f.Kind, nodes) {
 			n := nm.C.Nodes[i]
 			switch f.Kind {
-			case PauseOne:
+			case PauseOne, PauseMajority, PauseAll:
 				nm.C.Pause(n)
 			case PowerLoss:
 				// Every node of the fault goes down first: the power
@@ -252,6 +277,31 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 	return done, nil
 }
 
+// leaderFor returns how to find the node a fault aims at, nil for a
+// fault whose nodes the plan chose.
+func (nm *Nemesis) leaderFor(kind FaultKind) func(context.Context) int {
+	switch kind {
+	case KillLeader, IsolateLeader, MuteLeader:
+		return nm.Leader
+	case KillMetaLeader, IsolateMetaLeader:
+		return nm.MetaLeader
+	}
+	return nil
+}
+
+// processTargets returns the nodes a fault acts on as processes (kill,
+// pause, stop): none for a network fault, one node of the majority for a
+// kill in a partition.
+func processTargets(kind FaultKind, nodes []int) []int {
+	switch {
+	case kind == KillInPartition:
+		return nodes[(len(nodes)-1)/2:][:1]
+	case slices.Contains(netFaults, kind):
+		return nil
+	}
+	return nodes
+}
+
 // waitUntil waits for a moment of the plan; false if ctx ended first.
 func waitUntil(ctx context.Context, t time.Time) bool {
 	timer := time.NewTimer(time.Until(t))
@@ -269,10 +319,10 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 	nt := nm.C.Net
 	switch kind {
-	case PartitionHalves:
+	case PartitionHalves, KillInPartition, MoveInPartition:
 		minority := (len(nodes) - 1) / 2
 		return nt.Partition([][]int{nodes[:minority], nodes[minority:]})
-	case IsolateLeader:
+	case IsolateLeader, IsolateMetaLeader:
 		var rest []int
 		for i := range nm.C.Nodes {
 			if i != nodes[0] {

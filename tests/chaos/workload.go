@@ -27,6 +27,10 @@ type Workload struct {
 	Consumers int
 	// Interval paces each producer.
 	Interval time.Duration
+	// Burst, when above 0, makes the producers asynchronous and batched:
+	// each Interval a producer queues Burst sends without waiting, and
+	// its consumers ack without waiting for one ack before the next.
+	Burst int
 	// FirstProcess numbers this workload's clients in the history.
 	FirstProcess int
 }
@@ -83,7 +87,7 @@ func (w Workload) producer(ctx context.Context, url string, h *History, i int) e
 	proc := w.FirstProcess + i
 	var p *client.Producer
 	for p == nil {
-		p, err = c.CreateProducer(ctx, client.ProducerOptions{Stream: w.Stream, SendTimeout: 10 * time.Second, DisableBatching: true})
+		p, err = c.CreateProducer(ctx, client.ProducerOptions{Stream: w.Stream, SendTimeout: 10 * time.Second, DisableBatching: w.Burst == 0})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -92,6 +96,9 @@ func (w Workload) producer(ctx context.Context, url string, h *History, i int) e
 		}
 	}
 	defer p.Close()
+	if w.Burst > 0 {
+		return w.produceAsync(ctx, h, p, i)
+	}
 	tick := time.NewTicker(w.Interval)
 	defer tick.Stop()
 	for n := 0; ; n++ {
@@ -116,6 +123,43 @@ func (w Workload) producer(ctx context.Context, url string, h *History, i int) e
 			continue
 		}
 		h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
+	}
+}
+
+// produceAsync queues Burst sends each Interval until ctx ends, then waits
+// for the outcome of every send queued.
+func (w Workload) produceAsync(ctx context.Context, h *History, p *client.Producer, i int) error {
+	proc := w.FirstProcess + i
+	tick := time.NewTicker(w.Interval)
+	defer tick.Stop()
+	var outcomes sync.WaitGroup
+	defer outcomes.Wait()
+	for n := 0; ; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		for range w.Burst {
+			v := fmt.Sprintf("%s-%d-%d", w.Name, i, n)
+			n++
+			key := ""
+			if w.Keys > 0 {
+				key = fmt.Sprint("k", n%w.Keys)
+			}
+			h.Add(Op{Process: proc, Kind: Invoke, F: "send", Value: v, Key: key, Offset: -1})
+			outcomes.Add(1)
+			// Not ctx: a send queued before the end of the run keeps
+			// its own bound (the producer's send timeout).
+			p.SendAsync(context.Background(), &client.ProducerMessage{Key: key, Payload: []byte(v)}, func(id client.MessageID, _ *client.ProducerMessage, err error) {
+				defer outcomes.Done()
+				if err != nil {
+					h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
+					return
+				}
+				h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
+			})
+		}
 	}
 }
 
@@ -167,6 +211,11 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 		}
 	}
 	defer cons.Close()
+	// An asynchronous workload acks up to maxAcksInFlight messages at
+	// once, each in its own goroutine, all waited for before Close.
+	var acks sync.WaitGroup
+	defer acks.Wait()
+	inFlight := make(chan struct{}, maxAcksInFlight)
 	for {
 		m, err := cons.Receive(ctx)
 		if ctx.Err() != nil {
@@ -177,17 +226,36 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 		}
 		v := string(m.Payload)
 		h.Add(Op{Process: proc, Kind: OK, F: "receive", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
-		h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = cons.Ack(actx, m)
-		cancel()
-		kind, msg := OK, ""
-		if err != nil {
-			kind, msg = Info, err.Error()
+		ack := func() {
+			h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := cons.Ack(actx, m)
+			cancel()
+			kind, msg := OK, ""
+			if err != nil {
+				kind, msg = Info, err.Error()
+			}
+			h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
 		}
-		h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
+		if w.Burst == 0 {
+			ack()
+			continue
+		}
+		select {
+		case inFlight <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		acks.Go(func() {
+			defer func() { <-inFlight }()
+			ack()
+		})
 	}
 }
+
+// maxAcksInFlight bounds the acks one consumer of an asynchronous
+// workload waits for at once.
+const maxAcksInFlight = 64
 
 // Undelivered follows a history as it grows and counts the acknowledged
 // sends not yet received, reading each record once.
