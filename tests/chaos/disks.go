@@ -63,6 +63,27 @@ func (d *Disks) PowerLoss(n *Node) (string, error) {
 	return fmt.Sprintf("power loss dropped %d writes (%d bytes) and %d size changes in %d files", dr.Writes, dr.Bytes, dr.Truncates, dr.Files), nil
 }
 
+// SetFull makes a node's disk act as full, or stop doing so.
+func (d *Disks) SetFull(n *Node, full bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fsys := d.mounts[n.Dir]
+	if fsys == nil {
+		return fmt.Errorf("chaos: %s has no lazyfs disk", n.ID)
+	}
+	fsys.SetFull(full)
+	return nil
+}
+
+// FreeAll makes every disk act as not full.
+func (d *Disks) FreeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, fsys := range d.mounts {
+		fsys.SetFull(false)
+	}
+}
+
 // Unmount unmounts every disk, keeping what was written.
 func (d *Disks) Unmount() error {
 	d.mu.Lock()

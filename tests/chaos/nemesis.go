@@ -37,6 +37,11 @@ const (
 	// they had not fsynced (their disks are lazyfs mounts); they restart
 	// after the fault. Only with Disks.
 	PowerLoss FaultKind = "power-loss"
+	// DiskFullOne and DiskFullMajority make the disks of one node, or of
+	// a majority, act as full (ENOSPC on new data, no free space in
+	// statfs) for the fault's time. Only with Disks.
+	DiskFullOne      FaultKind = "disk-full-one"
+	DiskFullMajority FaultKind = "disk-full-majority"
 	// PauseMajority and PauseAll SIGSTOP a majority, or every node, at
 	// once: no group can commit until they go on.
 	PauseMajority FaultKind = "pause-majority"
@@ -87,7 +92,7 @@ var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, Mut
 func Kinds(nt *Net, disks bool) []FaultKind {
 	kinds := slices.Clone(allFaults)
 	if disks {
-		kinds = append(kinds, PowerLoss)
+		kinds = append(kinds, PowerLoss, DiskFullOne, DiskFullMajority)
 	}
 	if nt == nil {
 		return kinds
@@ -137,8 +142,10 @@ func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []F
 		case MoveInPartition:
 			f.Nodes = r.Perm(nodes)
 			f.For = ReplaceDeadAfter + 4*time.Second + time.Duration(r.Int64N(int64(3*time.Second)))
-		case PauseMajority:
+		case PauseMajority, DiskFullMajority:
 			f.Nodes = r.Perm(nodes)[:nodes/2+1]
+		case DiskFullOne:
+			f.Nodes = []int{r.IntN(nodes)}
 		case PauseAll:
 			f.Nodes = r.Perm(nodes)
 		case KillOne, PauseOne:
@@ -221,6 +228,10 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 			case PowerLoss:
 				// Every node of the fault goes down first: the power
 				// fails for all of them at once.
+			case DiskFullOne, DiskFullMajority:
+				if err := nm.Disks.SetFull(n, true); err != nil {
+					return done, fmt.Errorf("%v: %w", f, err)
+				}
 			case DamageFile:
 				nm.C.Kill(n)
 				what, err := DamageSegment(n.Dir, f.Seed)
@@ -260,6 +271,9 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 		done++
 		if !waitUntil(ctx, time.Now().Add(f.For)) {
 			return done, ctx.Err()
+		}
+		if nm.Disks != nil {
+			nm.Disks.FreeAll()
 		}
 		if nm.C.Net != nil {
 			if err := nm.C.Net.Heal(); err != nil {
