@@ -133,6 +133,13 @@ func (p *Producer) Send(ctx context.Context, msg *ProducerMessage) (MessageID, e
 // committed it or when it failed. It waits while MaxPendingMessages are in
 // flight, until ctx ends. Callbacks of one partition run in send order, on
 // the client's goroutines: they must not block.
+//
+// A success always carries the offset the broker stored the message at.
+// A message resent after a reconnect whose sequence id the broker cannot
+// prove stored fails with code OutOfOrderSequence (an earlier send failed
+// while later ones succeeded, or it is older than the sends the broker
+// remembers for deduplication: it may or may not be in the stream); a
+// receipt without an offset for a message fails it with ErrNoOffset.
 func (p *Producer) SendAsync(ctx context.Context, msg *ProducerMessage, callback func(MessageID, *ProducerMessage, error)) {
 	if p.closed.Load() {
 		callback(MessageID{}, msg, ErrClosed)
@@ -474,13 +481,18 @@ func (pp *partitionProducer) receipt(x *cnx, r *transport.SendReceipt) {
 	pp.mu.Unlock()
 	for i, m := range b.msgs {
 		<-pp.sem
-		id := MessageID{Stream: pp.p.stream.String(), Partition: pp.index, Offset: ^uint64(0)}
-		if i < len(r.Offsets) {
-			id.Offset = r.Offsets[i]
+		// Success only with an offset the broker gave for this message.
+		if i >= len(r.Offsets) || r.Offsets[i] == noOffset {
+			m.callback(MessageID{}, m.msg, ErrNoOffset)
+			continue
 		}
-		m.callback(id, m.msg, nil)
+		m.callback(MessageID{Stream: pp.p.stream.String(), Partition: pp.index, Offset: r.Offsets[i]}, m.msg, nil)
 	}
 }
+
+// noOffset is the offset that brokers of older versions put in a receipt
+// for a message whose offset they did not know.
+const noOffset = ^uint64(0)
 
 // sendError handles a refused send: a leader change reconnects and
 // resends; anything else fails the batch.
