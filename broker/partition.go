@@ -435,16 +435,19 @@ func (p *partition) commitLoop() {
 // sendRefusal maps the state machine's refusal of a producer's batch to
 // what the producer is told. Nothing of the batch was stored.
 func sendRefusal(err error, msgs []transport.MessageData, lastSeq int64) error {
-	first, last := msgs[0].SequenceID, msgs[len(msgs)-1].SequenceID
+	ids := fmt.Sprintf("sequence id %d is", msgs[0].SequenceID)
+	if n := len(msgs); n > 1 {
+		ids = fmt.Sprintf("sequence ids %d..%d include one", msgs[0].SequenceID, msgs[n-1].SequenceID)
+	}
 	switch {
 	case errors.Is(err, errSequenceGap):
 		return wireError(transport.CodeOutOfOrderSequence,
-			"sequence ids %d..%d: some are below the producer's last stored id %d and were never stored (an earlier send failed, a later one succeeded); nothing is stored: send these messages again as new ones",
-			first, last, lastSeq)
+			"%s below the producer's last stored id %d and never stored (an earlier send failed while a later one succeeded); nothing of the send is stored: send its messages again as new ones",
+			ids, lastSeq)
 	case errors.Is(err, errSequenceForgotten):
 		return wireError(transport.CodeOutOfOrderSequence,
-			"sequence ids %d..%d: some are below the producer's last stored id %d and older than the last %d sends kept for deduplication, so whether they were stored cannot be told; nothing is stored or acknowledged",
-			first, last, lastSeq, recentSends)
+			"%s below the producer's last stored id %d and older than the last %d sends kept for deduplication: whether it was stored cannot be told, so nothing of the send is stored or acknowledged",
+			ids, lastSeq, recentSends)
 	case errors.Is(err, errSequenceOrder):
 		return wireError(transport.CodeInvalidArgument, "sequence ids must increase within a send")
 	}
