@@ -34,8 +34,8 @@ var (
 	// ErrNoOffset is given to a send whose receipt names no offset for
 	// it: the broker did not confirm where, or whether, it stored the
 	// message, so the send is not reported as a success. (Brokers of
-	// older versions answered so a resent duplicate they no longer
-	// remembered; brokers now refuse it with OutOfOrderSequence.)
+	// older versions answered that way for a resent duplicate they no
+	// longer remembered; brokers now refuse it with OutOfOrderSequence.)
 	ErrNoOffset = errors.New("client: the broker confirmed no offset for the message")
 )
 
