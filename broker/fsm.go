@@ -49,33 +49,82 @@ type batchEntry struct {
 }
 
 // sendResult is what applying one batchEntry gives: the offset of each of
-// its messages (noOffset for a duplicate whose first offset is forgotten),
-// the producer's last stored sequence id afterwards (-1 for none), and Err
-// for a batch refused whole.
+// its messages (a duplicate's is the offset it was first stored at), the
+// producer's last stored sequence id afterwards (-1 for none), and Err for
+// a batch refused whole, which stores nothing and has no offsets.
 type sendResult struct {
 	Offsets []uint64
 	LastSeq int64
 	Err     error
 }
 
-// errSequenceGap refuses a batch whose sequence ids are below the
-// producer's last stored one and were never stored: an earlier send of
-// the producer failed and a later one succeeded. Acknowledging it as a
-// duplicate would lose it; the producer must send it again as new.
-var errSequenceGap = errors.New("sequence gap")
+// Why a batch is refused whole. An id at or below the producer's last
+// stored one is answered only when the state machine can prove it stored
+// and knows where (MSG-4); acknowledging one it cannot prove would answer
+// for a message the log may not hold.
+var (
+	// errSequenceGap: an id below the last stored one, inside the window
+	// of remembered sends, and not stored: an earlier send failed and a
+	// later one succeeded. Acknowledging it as a duplicate would lose it.
+	errSequenceGap = errors.New("sequence gap")
+	// errSequenceForgotten: an id older than the window of remembered
+	// sends. It may have been stored long ago or never: the two cannot be
+	// told apart, so it is refused rather than acknowledged.
+	errSequenceForgotten = errors.New("sequence older than the deduplication window")
+	// errSequenceOrder: ids that do not increase within the batch. The
+	// leader refuses such a send before proposing it.
+	errSequenceOrder = errors.New("sequence ids do not increase within the batch")
+)
 
 // lastSeqOf returns a producer's last stored sequence id, -1 if none.
 func lastSeqOf(p *producerState) int64 {
-	if p == nil || (p.LastSeq == 0 && len(p.Recent) == 0) {
+	if !p.known() {
 		return -1
 	}
 	return int64(p.LastSeq)
 }
 
-// gap reports whether seq is below the last stored id, inside the window
-// of remembered sends, and yet not stored: proof it was lost.
-func (p *producerState) gap(seq uint64) bool {
-	return len(p.Recent) > 0 && seq <= p.LastSeq && seq >= p.Recent[0].First && p.offsetOf(seq) == noOffset
+// known reports whether the producer has stored anything, so that LastSeq
+// means something.
+func (p *producerState) known() bool {
+	return p != nil && (p.LastSeq > 0 || len(p.Recent) > 0)
+}
+
+// refusal returns why a batch of the producer (nil for one never seen)
+// cannot be taken as it is, or nil when each of its ids is either above
+// the last stored one or a duplicate whose offset is remembered. Every
+// stored id from the window's oldest up is remembered (ids are stored in
+// increasing order), so an id inside the window and not found was never
+// stored.
+func (p *producerState) refusal(msgs []transport.MessageData) error {
+	for j := 1; j < len(msgs); j++ {
+		if msgs[j].SequenceID <= msgs[j-1].SequenceID {
+			return errSequenceOrder
+		}
+	}
+	if !p.known() {
+		return nil
+	}
+	var gap, forgotten bool
+	for _, m := range msgs {
+		if m.SequenceID > p.LastSeq {
+			break // the rest are new
+		}
+		switch {
+		case p.offsetOf(m.SequenceID) != noOffset:
+		case len(p.Recent) > 0 && m.SequenceID >= p.Recent[0].First:
+			gap = true
+		default:
+			forgotten = true
+		}
+	}
+	switch {
+	case gap:
+		return errSequenceGap
+	case forgotten:
+		return errSequenceForgotten
+	}
+	return nil
 }
 
 // noOffset marks an offset that is not known.
@@ -164,8 +213,11 @@ const (
 	expiryEvery = 1024
 )
 
-// recentSends is how many of a producer's last sends keep their offsets,
-// so that a retried duplicate is answered with its first offsets (MSG-4).
+// recentSends is how many runs of consecutive sequence ids, with their
+// offsets, a producer's state remembers, so that a retried duplicate is
+// answered with its first offsets (MSG-4). A producer numbering its
+// messages consecutively, as the Go client does, stores one run per send:
+// its last 64 sends.
 const recentSends = 64
 
 // producerState is a producer's deduplication state.
@@ -350,41 +402,46 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 	results := make([]sendResult, len(e.Batches))
 	var msgs []storage.Message
 	next := f.state.Next
-	type pending struct {
-		p           *producerState
-		first, last uint64
-		offset      uint64
-	}
-	var runs []pending
 	for i, b := range e.Batches {
+		p := f.state.Producers[b.Producer]
 		if len(b.Messages) == 0 {
 			// A producer opening: it learns its last stored sequence
 			// id after every send proposed before it.
-			results[i] = sendResult{LastSeq: lastSeqOf(f.state.Producers[b.Producer])}
+			results[i] = sendResult{LastSeq: lastSeqOf(p)}
 			continue
 		}
-		p := f.state.Producers[b.Producer]
+		if err := p.refusal(b.Messages); err != nil {
+			if errors.Is(err, errSequenceForgotten) {
+				// Older versions acknowledged such a batch, and the
+				// producer's publish time moved on; it still does, so
+				// that replicas replaying their entries agree on when
+				// the producer expires.
+				p.LastTime = e.PublishTime
+			}
+			results[i] = sendResult{LastSeq: lastSeqOf(p), Err: err}
+			continue
+		}
 		if p == nil {
 			p = &producerState{}
 			f.state.Producers[b.Producer] = p
 		}
-		if slices.ContainsFunc(b.Messages, func(m transport.MessageData) bool { return p.gap(m.SequenceID) }) {
-			results[i] = sendResult{LastSeq: lastSeqOf(p), Err: errSequenceGap}
-			continue
-		}
 		p.LastTime = e.PublishTime
 		offsets := make([]uint64, len(b.Messages))
-		run := pending{p: p, offset: noOffset}
+		var runs []seqRange
 		for j, m := range b.Messages {
-			if m.SequenceID <= p.LastSeq && (p.LastSeq > 0 || len(p.Recent) > 0) {
-				offsets[j] = p.offsetOf(m.SequenceID)
+			if p.known() && m.SequenceID <= p.LastSeq {
+				offsets[j] = p.offsetOf(m.SequenceID) // refusal found it
 				continue
 			}
 			p.LastSeq = m.SequenceID
-			if run.offset == noOffset {
-				run.first, run.offset = m.SequenceID, next
+			// A run maps consecutive ids to consecutive offsets: an id
+			// that skips one starts a new run, so the skipped id is
+			// never taken for stored.
+			if n := len(runs); n > 0 && runs[n-1].Last+1 == m.SequenceID {
+				runs[n-1].Last = m.SequenceID
+			} else {
+				runs = append(runs, seqRange{First: m.SequenceID, Last: m.SequenceID, Offset: next})
 			}
-			run.last = m.SequenceID
 			offsets[j] = next
 			next++
 			pt := m.PublishTime
@@ -402,8 +459,11 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 				Payload:      m.Payload,
 			})
 		}
-		if run.offset != noOffset {
-			runs = append(runs, run)
+		// Remembered at once, so that a resend later in this entry is
+		// answered with these offsets.
+		p.Recent = append(p.Recent, runs...)
+		if len(p.Recent) > recentSends {
+			p.Recent = p.Recent[len(p.Recent)-recentSends:]
 		}
 		results[i] = sendResult{Offsets: offsets, LastSeq: int64(p.LastSeq)}
 	}
@@ -426,12 +486,6 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 			if e.PublishTime-p.LastTime > producerTTL.Milliseconds() {
 				delete(f.state.Producers, name)
 			}
-		}
-	}
-	for _, r := range runs {
-		r.p.Recent = append(r.p.Recent, seqRange{First: r.first, Last: r.last, Offset: r.offset})
-		if len(r.p.Recent) > recentSends {
-			r.p.Recent = r.p.Recent[len(r.p.Recent)-recentSends:]
 		}
 	}
 	return results, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -281,5 +282,205 @@ func TestFSMExpiresIdleProducers(t *testing.T) {
 	apply(f, expiryEvery, mustEntry(t, entrySend, late))
 	if f.lastSequence("old") != -1 || f.lastSequence("new") != 0 {
 		t.Fatalf("after expiry: old %d new %d", f.lastSequence("old"), f.lastSequence("new"))
+	}
+}
+
+// sends applies one send entry per batch of ids, each batch of producer
+// p, from Raft index *index on, and returns the results.
+func sends(t *testing.T, f *fsm, index *uint64, p string, batches ...[]uint64) []sendResult {
+	t.Helper()
+	var out []sendResult
+	for _, ids := range batches {
+		*index++
+		out = append(out, apply(f, *index, mustEntry(t, entrySend, sendOf(p, ids...))).([]sendResult)[0])
+	}
+	return out
+}
+
+// holds fails unless the log holds, at offset o, producer p's message
+// with sequence id seq and its payload.
+func holds(t *testing.T, f *fsm, o uint64, p string, seq uint64) {
+	t.Helper()
+	if o == noOffset || o >= f.log.NextOffset() {
+		t.Fatalf("%s/%d answered with offset %d; the log holds offsets below %d", p, seq, o, f.log.NextOffset())
+	}
+	msgs, err := f.log.Read(o, 1, math.MaxInt)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("read offset %d: %d messages, %v", o, len(msgs), err)
+	}
+	if m := msgs[0]; m.ProducerName != p || m.SequenceID != seq || string(m.Payload) != fmt.Sprint(p, seq) {
+		t.Fatalf("offset %d holds %s/%d %q, want %s/%d", o, m.ProducerName, m.SequenceID, m.Payload, p, seq)
+	}
+}
+
+// MSG-4: a sequence id at or below the producer's last stored one is
+// answered only when the state machine can prove it stored, with the offset
+// that holds it. One it cannot prove is refused and nothing is stored:
+// never stored inside the remembered window (a gap), or older than the
+// window, where a send that failed and one stored long ago look the same.
+func TestFSMRefusesUnprovenSequence(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	var index uint64
+	first := map[uint64]uint64{} // sequence id → offset its send was given
+	store := func(batches ...[]uint64) {
+		t.Helper()
+		for i, r := range sends(t, f, &index, "p", batches...) {
+			if r.Err != nil {
+				t.Fatalf("send of %v: %v", batches[i], r.Err)
+			}
+			for j, seq := range batches[i] {
+				holds(t, f, r.Offsets[j], "p", seq)
+				first[seq] = r.Offsets[j]
+			}
+		}
+	}
+	refused := func(want error, ids ...uint64) {
+		t.Helper()
+		before := f.log.NextOffset()
+		r := sends(t, f, &index, "p", ids)[0]
+		if !errors.Is(r.Err, want) {
+			t.Fatalf("resend of %v: err %v offsets %v, want %v", ids, r.Err, r.Offsets, want)
+		}
+		if r.Offsets != nil {
+			t.Fatalf("resend of %v refused with offsets %v", ids, r.Offsets)
+		}
+		if f.log.NextOffset() != before {
+			t.Fatalf("resend of %v refused, yet the log grew from %d to %d", ids, before, f.log.NextOffset())
+		}
+	}
+	answered := func(ids ...uint64) {
+		t.Helper()
+		r := sends(t, f, &index, "p", ids)[0]
+		if r.Err != nil {
+			t.Fatalf("duplicate %v: %v", ids, r.Err)
+		}
+		for j, seq := range ids {
+			if r.Offsets[j] != first[seq] {
+				t.Fatalf("duplicate %d answered with offset %d, first stored at %d", seq, r.Offsets[j], first[seq])
+			}
+			holds(t, f, r.Offsets[j], "p", seq)
+		}
+	}
+
+	// 1, then 3..80 one send each: 79 sends, 2 never stored.
+	store([]uint64{1})
+	for seq := uint64(3); seq <= 80; seq++ {
+		store([]uint64{seq})
+	}
+	// The window holds the last 64 sends, 17..80.
+	refused(errSequenceForgotten, 2)      // never stored, older than the window
+	refused(errSequenceForgotten, 3)      // stored long ago: cannot be told from 2
+	refused(errSequenceForgotten, 1, 2)   // a batch wholly below the window
+	refused(errSequenceForgotten, 16, 81) // one unproven id refuses the batch, new ids with it
+	answered(17)
+	answered(50, 51, 52)
+	answered(80)
+
+	// Inside the window: 82 never stored.
+	store([]uint64{81}, []uint64{83, 84})
+	refused(errSequenceGap, 82)
+	refused(errSequenceGap, 82, 83) // a gap and a duplicate
+	answered(83, 84)
+	// A duplicate and new ids in one batch: the duplicate is answered with
+	// its offset, the new ids stored.
+	r := sends(t, f, &index, "p", []uint64{84, 85, 86})[0]
+	if r.Err != nil || r.Offsets[0] != first[84] {
+		t.Fatalf("duplicate 84 with new 85, 86: %+v", r)
+	}
+	holds(t, f, r.Offsets[1], "p", 85)
+	holds(t, f, r.Offsets[2], "p", 86)
+	first[85], first[86] = r.Offsets[1], r.Offsets[2]
+
+	// Ids that skip inside one send: 88 and 90 are stored, 89 is not.
+	store([]uint64{88, 90, 91})
+	refused(errSequenceGap, 89)
+	refused(errSequenceGap, 87)
+	answered(88, 90, 91)
+
+	// Ids that do not increase within a batch are refused whole.
+	refused(errSequenceOrder, 95, 92)
+	refused(errSequenceOrder, 96, 96)
+
+	if f.lastSequence("p") != 91 {
+		t.Fatalf("last sequence %d, want 91", f.lastSequence("p"))
+	}
+	// The window moves on: 17 is forgotten once 64 later sends are stored.
+	for seq := uint64(100); seq < 164; seq++ {
+		store([]uint64{seq})
+	}
+	refused(errSequenceForgotten, 17)
+	refused(errSequenceForgotten, 91)
+	answered(100)
+}
+
+// A producer's resend can land in the same entry as its first copy (the
+// session reconnected while the first was queued): the copy is answered
+// with the offsets the first was just given.
+func TestFSMDuplicateInSameEntry(t *testing.T) {
+	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+	apply(f, 1, mustEntry(t, entrySend, sendOf("p", 0, 1)))
+	b := sendOf("p", 2, 3).Batches[0]
+	e := sendEntry{PublishTime: 1000, Batches: []batchEntry{b, sendOf("q", 0).Batches[0], b}}
+	r := apply(f, 2, mustEntry(t, entrySend, e)).([]sendResult)
+	if r[0].Err != nil || r[2].Err != nil || fmt.Sprint(r[0].Offsets) != "[2 3]" || fmt.Sprint(r[2].Offsets) != "[2 3]" {
+		t.Fatalf("first copy %+v, second copy %+v: want offsets [2 3] for both", r[0], r[2])
+	}
+	if f.log.NextOffset() != 5 {
+		t.Fatalf("log holds %d messages, want 5", f.log.NextOffset())
+	}
+	// The same for a producer's very first send.
+	b = sendOf("new", 7).Batches[0]
+	r = apply(f, 3, mustEntry(t, entrySend, sendEntry{PublishTime: 1000, Batches: []batchEntry{b, b}})).([]sendResult)
+	if r[0].Err != nil || r[1].Err != nil || fmt.Sprint(r[0].Offsets) != "[5]" || fmt.Sprint(r[1].Offsets) != "[5]" {
+		t.Fatalf("first copy %+v, second copy %+v: want offset [5] for both", r[0], r[1])
+	}
+}
+
+// Whatever order a producer's sends and resends come in, every answered
+// id is held by the log at the offset given, with its payload, and an id
+// is stored at most once.
+func TestFSMAnswersOnlyStoredOffsets(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
+			stored := map[uint64]bool{}
+			next := uint64(0)
+			for index := uint64(1); index <= 400; index++ {
+				var e sendEntry
+				e.PublishTime = 1000
+				for range 1 + rng.IntN(3) {
+					var ids []uint64
+					if rng.IntN(3) == 0 && next > 0 {
+						// a resend of older ids
+						start := rng.Uint64N(next)
+						for s := start; s < next && len(ids) < 1+rng.IntN(4); s++ {
+							ids = append(ids, s)
+						}
+					} else {
+						// new ids, sometimes with a hole before or inside
+						next += rng.Uint64N(2)
+						for range 1 + rng.IntN(4) {
+							ids = append(ids, next)
+							next += 1 + rng.Uint64N(2)
+						}
+					}
+					e.Batches = append(e.Batches, sendOf("p", ids...).Batches[0])
+				}
+				rs := apply(f, index, mustEntry(t, entrySend, e)).([]sendResult)
+				for i, r := range rs {
+					if r.Err != nil {
+						continue
+					}
+					for j, m := range e.Batches[i].Messages {
+						holds(t, f, r.Offsets[j], "p", m.SequenceID)
+						stored[m.SequenceID] = true
+					}
+				}
+			}
+			if f.log.NextOffset() != uint64(len(stored)) {
+				t.Fatalf("log holds %d messages for %d ids answered", f.log.NextOffset(), len(stored))
+			}
+		})
 	}
 }

@@ -414,18 +414,60 @@ func (p *partition) commitLoop() {
 			}
 			continue
 		}
+		next := p.fsm.nextOffset()
 		for i, r := range in.reqs {
 			r.lastSeq = results[i].LastSeq
-			if errors.Is(results[i].Err, errSequenceGap) {
-				first, last := r.msgs[0].SequenceID, r.msgs[len(r.msgs)-1].SequenceID
-				r.done(nil, wireError(transport.CodeNotAllowed,
-					"sequence ids %d..%d are below the producer's last stored %d and were never stored: an earlier send failed; send these again",
-					first, last, results[i].LastSeq))
+			if results[i].Err != nil {
+				r.done(nil, sendRefusal(results[i].Err, r.msgs, results[i].LastSeq))
+				continue
+			}
+			if len(r.msgs) > 0 && !heldOffsets(results[i].Offsets, len(r.msgs), next) {
+				// Never expected: the state machine answers only for
+				// what the log holds. Refused rather than acknowledged.
+				p.logger.Error("state machine answered a send with offsets the log does not hold",
+					"producer", r.producer, "offsets", results[i].Offsets, "messages", len(r.msgs), "next", next)
+				r.done(nil, wireError(transport.CodeUnknown, "the send's offsets could not be confirmed; nothing is acknowledged"))
 				continue
 			}
 			r.done(results[i].Offsets, nil)
 		}
 	}
+}
+
+// sendRefusal maps the state machine's refusal of a producer's batch to
+// what the producer is told. Nothing of the batch was stored.
+func sendRefusal(err error, msgs []transport.MessageData, lastSeq int64) error {
+	ids := fmt.Sprintf("sequence id %d is", msgs[0].SequenceID)
+	if n := len(msgs); n > 1 {
+		ids = fmt.Sprintf("sequence ids %d..%d include one", msgs[0].SequenceID, msgs[n-1].SequenceID)
+	}
+	switch {
+	case errors.Is(err, errSequenceGap):
+		return wireError(transport.CodeOutOfOrderSequence,
+			"%s below the producer's last stored id %d and never stored (an earlier send failed while a later one succeeded); nothing of the send is stored: send its messages again as new ones",
+			ids, lastSeq)
+	case errors.Is(err, errSequenceForgotten):
+		return wireError(transport.CodeOutOfOrderSequence,
+			"%s below the producer's last stored id %d and older than the last %d sends kept for deduplication: whether it was stored cannot be told, so nothing of the send is stored or acknowledged",
+			ids, lastSeq, recentSends)
+	case errors.Is(err, errSequenceOrder):
+		return wireError(transport.CodeInvalidArgument, "sequence ids must increase within a send")
+	}
+	return wireError(transport.CodeUnknown, "%v", err)
+}
+
+// heldOffsets reports whether offsets give each of n messages an offset the
+// log holds (below next).
+func heldOffsets(offsets []uint64, n int, next uint64) bool {
+	if len(offsets) != n {
+		return false
+	}
+	for _, o := range offsets {
+		if o >= next {
+			return false
+		}
+	}
+	return true
 }
 
 // raftError maps a Raft failure to what a client is told.

@@ -31,6 +31,12 @@ var (
 	// ErrSendTimeout is given to sends not acknowledged within
 	// ProducerOptions.SendTimeout.
 	ErrSendTimeout = errors.New("client: send timed out")
+	// ErrNoOffset is given to a send whose receipt names no offset for
+	// it: the broker did not confirm where, or whether, it stored the
+	// message, so the send is not reported as a success. (Brokers of
+	// older versions answered that way for a resent duplicate they no
+	// longer remembered; brokers now refuse it with OutOfOrderSequence.)
+	ErrNoOffset = errors.New("client: the broker confirmed no offset for the message")
 )
 
 // Options configures a Client; zero fields take their defaults.

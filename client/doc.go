@@ -11,8 +11,11 @@
 // partition's leader; producers and consumers follow NotLeader hints and
 // reconnect with backoff when a connection drops. A producer numbers its
 // messages and resends what was in flight after a reconnect with the same
-// sequence ids, so the broker drops duplicates. Every blocking call takes
-// a context and returns when it ends.
+// sequence ids, so the broker drops duplicates; a send is reported as a
+// success only with the offset the broker stored it at, and a resent id the
+// broker cannot prove stored fails with OutOfOrderSequence rather than
+// being acknowledged. Every blocking call takes a context and returns when
+// it ends.
 //
 // The package speaks the transport protocol and knows stream names
 // (geofabric); it knows nothing of Raft or of how the broker stores

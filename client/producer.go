@@ -32,7 +32,9 @@ type ProducerOptions struct {
 	BatchingMaxSize         int
 	BatchingMaxPublishDelay time.Duration
 	// MaxPendingMessages bounds the messages of one partition sent and
-	// not yet acknowledged; SendAsync waits for room. Default 1000.
+	// not yet acknowledged; SendAsync waits for room. Default 1000. Of
+	// those, at most 64 batches per partition are on the wire at once
+	// (the broker's deduplication window); the others wait their turn.
 	MaxPendingMessages int
 	// SendTimeout fails sends not acknowledged in time. Default 30s;
 	// negative disables it.
@@ -133,6 +135,13 @@ func (p *Producer) Send(ctx context.Context, msg *ProducerMessage) (MessageID, e
 // committed it or when it failed. It waits while MaxPendingMessages are in
 // flight, until ctx ends. Callbacks of one partition run in send order, on
 // the client's goroutines: they must not block.
+//
+// A success always carries the offset the broker stored the message at.
+// A message resent after a reconnect whose sequence id the broker cannot
+// prove stored fails with code OutOfOrderSequence (an earlier send failed
+// while later ones succeeded, or it is older than the sends the broker
+// remembers for deduplication: it may or may not be in the stream); a
+// receipt without an offset for a message fails it with ErrNoOffset.
 func (p *Producer) SendAsync(ctx context.Context, msg *ProducerMessage, callback func(MessageID, *ProducerMessage, error)) {
 	if p.closed.Load() {
 		callback(MessageID{}, msg, ErrClosed)
@@ -213,7 +222,18 @@ type pendingBatch struct {
 	msgs   []*pendingMsg
 	frame  []transport.MessageData
 	sentAt time.Time
+	// sentTo is the producer id it was last sent under: each attach of
+	// the producer has a new one, and gets the batch again.
+	sentTo uint64
 }
+
+// maxSentBatches bounds a partition producer's batches on the wire: only
+// the oldest ones unanswered are sent, the others wait their turn. It is
+// the number of sends a broker remembers per producer for deduplication:
+// a resent batch that the broker stored can then have at most 63 stored
+// after it, so the broker still knows it and answers with its offsets,
+// never with OutOfOrderSequence.
+const maxSentBatches = 64
 
 // partitionProducer is a producer on one partition.
 type partitionProducer struct {
@@ -222,6 +242,7 @@ type partitionProducer struct {
 	index     int
 	sem       chan struct{}
 	lost      chan *cnx
+	pump      chan struct{} // batches are waiting for room on the wire
 	stop      chan struct{}
 	// ctx ends when the producer closes; cancel ends it.
 	ctx    context.Context
@@ -255,6 +276,7 @@ func newPartitionProducer(p *Producer, partition string, index int) *partitionPr
 		index:     index,
 		sem:       make(chan struct{}, p.opts.MaxPendingMessages),
 		lost:      make(chan *cnx, 1),
+		pump:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
 }
@@ -298,9 +320,7 @@ func (pp *partitionProducer) connect(ctx context.Context, first bool) error {
 		pp.seqKnown = true
 	}
 	if !first {
-		for _, b := range pp.inflight {
-			pp.sendLocked(b)
-		}
+		pp.pumpLocked()
 	}
 	return nil
 }
@@ -321,6 +341,10 @@ func (pp *partitionProducer) loop() {
 			return
 		case <-tick:
 			pp.expire()
+		case <-pp.pump:
+			pp.mu.Lock()
+			pp.pumpLocked()
+			pp.mu.Unlock()
 		case x := <-pp.lost:
 			pp.mu.Lock()
 			stale := pp.x != x
@@ -431,7 +455,7 @@ func (pp *partitionProducer) flushLocked() {
 	}
 	for _, key := range pp.batchKeys {
 		msgs := pp.batch[key]
-		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs))}
+		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs)), sentAt: time.Now()}
 		for i, m := range msgs {
 			m.data.SequenceID = pp.seq
 			pp.seq++
@@ -441,19 +465,43 @@ func (pp *partitionProducer) flushLocked() {
 		if pp.idle == nil {
 			pp.idle = make(chan struct{})
 		}
-		pp.sendLocked(b)
 	}
+	pp.pumpLocked()
 	clear(pp.batch)
 	pp.batchKeys, pp.batchCount, pp.batchBytes = pp.batchKeys[:0], 0, 0
 }
 
-// sendLocked writes a batch to the current connection, if any; a failed
-// write closes the connection, which brings a reconnect and a resend.
-func (pp *partitionProducer) sendLocked(b *pendingBatch) {
-	b.sentAt = time.Now()
+// pumpLocked writes to the current connection, if any, the batches among
+// the oldest maxSentBatches in flight that the producer's current attach
+// has not been sent yet.
+func (pp *partitionProducer) pumpLocked() {
 	if pp.x == nil {
 		return
 	}
+	for _, b := range pp.inflight[:min(len(pp.inflight), maxSentBatches)] {
+		if b.sentTo != pp.id {
+			pp.sendLocked(b)
+		}
+	}
+}
+
+// wake asks the loop to send what waits for room on the wire, without
+// writing on the caller's goroutine (a connection's reader).
+func (pp *partitionProducer) wakeLocked() {
+	if len(pp.inflight) < maxSentBatches {
+		return
+	}
+	select {
+	case pp.pump <- struct{}{}:
+	default:
+	}
+}
+
+// sendLocked writes a batch to the current connection; a failed write
+// closes the connection, which brings a reconnect and a resend.
+func (pp *partitionProducer) sendLocked(b *pendingBatch) {
+	b.sentAt = time.Now()
+	b.sentTo = pp.id
 	ctx, cancel := context.WithTimeout(context.Background(), pp.p.c.opts.OperationTimeout)
 	defer cancel()
 	pp.x.send(ctx, &transport.Send{ProducerID: pp.id, Messages: b.frame})
@@ -471,16 +519,22 @@ func (pp *partitionProducer) receipt(x *cnx, r *transport.SendReceipt) {
 	b := pp.inflight[0]
 	pp.inflight = pp.inflight[1:]
 	pp.idleCheckLocked()
+	pp.wakeLocked()
 	pp.mu.Unlock()
 	for i, m := range b.msgs {
 		<-pp.sem
-		id := MessageID{Stream: pp.p.stream.String(), Partition: pp.index, Offset: ^uint64(0)}
-		if i < len(r.Offsets) {
-			id.Offset = r.Offsets[i]
+		// Success only with an offset the broker gave for this message.
+		if i >= len(r.Offsets) || r.Offsets[i] == noOffset {
+			m.callback(MessageID{}, m.msg, ErrNoOffset)
+			continue
 		}
-		m.callback(id, m.msg, nil)
+		m.callback(MessageID{Stream: pp.p.stream.String(), Partition: pp.index, Offset: r.Offsets[i]}, m.msg, nil)
 	}
 }
+
+// noOffset is the offset that brokers of older versions put in a receipt
+// for a message whose offset they did not know.
+const noOffset = ^uint64(0)
 
 // sendError handles a refused send: a leader change reconnects and
 // resends; anything else fails the batch.
@@ -499,6 +553,7 @@ func (pp *partitionProducer) sendError(x *cnx, e *transport.SendError) {
 	b := pp.inflight[0]
 	pp.inflight = pp.inflight[1:]
 	pp.idleCheckLocked()
+	pp.wakeLocked()
 	pp.mu.Unlock()
 	pp.fail(b, err)
 }
@@ -540,6 +595,7 @@ func (pp *partitionProducer) expire() {
 		pp.inflight = pp.inflight[1:]
 	}
 	pp.idleCheckLocked()
+	pp.pumpLocked()
 	pp.mu.Unlock()
 	for _, b := range expired {
 		pp.fail(b, ErrSendTimeout)

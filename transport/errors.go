@@ -28,6 +28,13 @@ const (
 	CodeProducerNotFound                          // no such producer on this connection
 	CodeConsumerNotFound                          // no such consumer on this connection
 	CodeClosed                                    // the producer, consumer or connection is closed
+	// CodeOutOfOrderSequence refuses a Send with a sequence id at or below
+	// the producer's last stored one that the broker cannot prove stored:
+	// never stored (an earlier send failed and a later one succeeded), or
+	// older than the sends it remembers for deduplication. Nothing of the
+	// Send is stored or acknowledged; resending the same ids is refused
+	// again.
+	CodeOutOfOrderSequence
 )
 
 var codeNames = map[ErrorCode]string{
@@ -51,6 +58,7 @@ var codeNames = map[ErrorCode]string{
 	CodeProducerNotFound:     "ProducerNotFound",
 	CodeConsumerNotFound:     "ConsumerNotFound",
 	CodeClosed:               "Closed",
+	CodeOutOfOrderSequence:   "OutOfOrderSequence",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.
