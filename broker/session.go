@@ -412,8 +412,8 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	name := c.ProducerName
 	if name == "" {
 		name = fmt.Sprintf("%s-%d", s.n.cfg.NodeID, producerSeq.Add(1))
-	} else if err := geofabricCheckName(name); err != nil {
-		s.replyErr(c.RequestID, err)
+	} else if err := geofabric.CheckClientName("producer", name); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
 		return
 	}
 	s.mu.Lock()
@@ -457,19 +457,6 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: req.lastSeq})
 	}
 	lp.send(ctx, req)
-}
-
-// geofabricCheckName validates a producer or subscription name.
-func geofabricCheckName(name string) error {
-	if len(name) > 256 {
-		return wireError(transport.CodeInvalidName, "name longer than 256 bytes")
-	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
-			return wireError(transport.CodeInvalidName, "name %q has a control character", name)
-		}
-	}
-	return nil
 }
 
 func (s *session) send(c *transport.Send) {
@@ -538,13 +525,15 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	if c.Subscription == "" {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "a subscription needs a name"))
+	if err := geofabric.CheckClientName("subscription", c.Subscription); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
 		return
 	}
-	if err := geofabricCheckName(c.Subscription); err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+	if c.ConsumerName != "" {
+		if err := geofabric.CheckClientName("consumer", c.ConsumerName); err != nil {
+			s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+			return
+		}
 	}
 	if c.Mode > transport.KeyShared {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode))
