@@ -404,16 +404,16 @@ func (s *session) partitionedMetadata(c *transport.PartitionedMetadata) {
 }
 
 func (s *session) createProducer(c *transport.CreateProducer) {
-	lp, err := s.localLeader(c.Stream)
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
 	name := c.ProducerName
 	if name == "" {
 		name = fmt.Sprintf("%s-%d", s.n.cfg.NodeID, producerSeq.Add(1))
 	} else if err := geofabric.CheckClientName("producer", name); err != nil {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	lp, err := s.localLeader(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
 		return
 	}
 	s.mu.Lock()
@@ -520,11 +520,6 @@ func (s *session) closeProducer(c *transport.CloseProducer) {
 }
 
 func (s *session) subscribe(c *transport.Subscribe) {
-	lp, err := s.localLeader(c.Stream)
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
 	if err := geofabric.CheckClientName("subscription", c.Subscription); err != nil {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
 		return
@@ -534,6 +529,11 @@ func (s *session) subscribe(c *transport.Subscribe) {
 			s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
 			return
 		}
+	}
+	lp, err := s.localLeader(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
 	}
 	if c.Mode > transport.KeyShared {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode))
