@@ -52,6 +52,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run '^$$' -fuzz '^FuzzRecoverSegment$$' -fuzztime $(FUZZTIME) ./storage
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./transport
 	$(GO) test -run '^$$' -fuzz '^FuzzRouteState$$' -fuzztime $(FUZZTIME) ./cluster
+	$(GO) test -run '^$$' -fuzz '^FuzzPartitionDir$$' -fuzztime $(FUZZTIME) ./broker
 
 run: build ## build and run a local three-node cluster in the foreground (Ctrl-C stops it)
 	@scripts/run.sh

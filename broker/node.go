@@ -582,16 +582,13 @@ func (n *Node) handOver(lp *localPartition) {
 	}
 }
 
-// partitionDir is where a partition's data lives: names are validated, so
-// their segments are safe path elements.
-func (n *Node) partitionDir(name string) string {
-	p, _ := geofabric.ParsePartition(name)
-	leaf := p.Stream.Name
-	if p.Index >= 0 {
-		leaf = fmt.Sprintf("%s-partition-%d", p.Stream.Name, p.Index)
-	}
-	return filepath.Join(n.cfg.DataDir, "partitions", p.Stream.Tenant, p.Stream.Fabric, leaf)
+// partitionDir is where a partition's data lives (see PartitionDir).
+func (n *Node) partitionDir(name string) (string, error) {
+	return PartitionDir(n.cfg.DataDir, name)
 }
+
+// removeCopy removes a partition directory through the guard.
+func (n *Node) removeCopy(dir string) error { return removeCopy(n.cfg.DataDir, dir) }
 
 // openPartition opens a partition placed on this node as the member self
 // of its group. A replica of the stream's initial placement bootstraps the
@@ -601,7 +598,10 @@ func (n *Node) partitionDir(name string) string {
 // A retired copy (a member of a group this node no longer holds a place
 // in, see retirePartition) opens retired, with nothing to bootstrap.
 func (n *Node) openPartition(name, self string, replicas, initial []string, retired bool) (*localPartition, error) {
-	dir := n.partitionDir(name)
+	dir, err := n.partitionDir(name)
+	if err != nil {
+		return nil, err
+	}
 	if err := n.claimPartitionDir(dir, self); err != nil {
 		return nil, err
 	}
@@ -701,10 +701,14 @@ func (n *Node) closePartition(lp *localPartition, remove bool) {
 		n.logger.Warn("closing partition log", "partition", lp.name, "err", err)
 	}
 	if remove {
-		dir := n.partitionDir(lp.name)
+		dir, err := n.partitionDir(lp.name)
+		if err != nil {
+			n.logger.Error("partition data not removed", "partition", lp.name, "err", err)
+			return
+		}
 		retired, _ := filepath.Glob(dir + "@*")
 		for _, d := range append(retired, dir) {
-			if err := os.RemoveAll(d); err != nil {
+			if err := n.removeCopy(d); err != nil {
 				n.logger.Warn("removing partition data", "partition", lp.name, "dir", d, "err", err)
 			}
 		}

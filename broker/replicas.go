@@ -110,7 +110,7 @@ func (n *Node) claimPartitionDir(dir, self string) error {
 	// hold "@"), marked, then renamed into place: a crash leaves either
 	// no copy or a marked one.
 	tmp := dir + "@new"
-	if err := os.RemoveAll(tmp); err != nil {
+	if err := n.removeCopy(tmp); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -181,7 +181,11 @@ func (n *Node) removeRetiredCopies() {
 	}
 	n.mu.Unlock()
 	for _, lp := range parts {
-		dir := n.partitionDir(lp.name)
+		dir, err := n.partitionDir(lp.name)
+		if err != nil {
+			n.logger.Error("partition without a directory", "partition", lp.name, "err", err)
+			continue
+		}
 		aside, _ := filepath.Glob(dir + "@*")
 		if len(aside) == 0 {
 			continue
@@ -201,7 +205,7 @@ func (n *Node) removeRetiredCopies() {
 			if slices.Contains(ids, old) {
 				continue
 			}
-			if err := os.RemoveAll(d); err != nil {
+			if err := n.removeCopy(d); err != nil {
 				n.logger.Warn("removing a retired copy", "dir", d, "err", err)
 				continue
 			}
@@ -337,21 +341,18 @@ func (n *Node) removeMovedAwayCopies() {
 	// stops after sweepBudget and goes on at the next round, so reconcile
 	// (which runs on the same goroutine) is not held up for long.
 	deadline := time.Now().Add(sweepBudget)
-	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "partitions", "*", "*", "*"))
+	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, partitionsDir, "*", "*", "*"))
 	rand.Shuffle(len(dirs), func(i, j int) { dirs[i], dirs[j] = dirs[j], dirs[i] })
 	for _, dir := range dirs {
 		if time.Now().After(deadline) {
 			return
 		}
-		leaf := filepath.Base(dir)
-		if strings.Contains(leaf, "@") {
+		if strings.Contains(filepath.Base(dir), "@") {
 			continue // set aside: removeRetiredCopies
 		}
-		fabric, tenant := filepath.Base(filepath.Dir(dir)), filepath.Base(filepath.Dir(filepath.Dir(dir)))
-		name := "persistent://" + tenant + "/" + fabric + "/" + leaf
-		pn, err := geofabric.ParsePartition(name)
+		pn, err := partitionOfDir(n.cfg.DataDir, dir)
 		if err != nil {
-			continue
+			continue // not a partition's directory
 		}
 		if _, ok := n.partition(pn.String()); ok {
 			continue
@@ -381,7 +382,7 @@ func (n *Node) removeMovedAwayCopies() {
 				n.mu.Unlock()
 				n.closePartition(running, false)
 			}
-			if err := os.RemoveAll(dir); err != nil {
+			if err := n.removeCopy(dir); err != nil {
 				n.logger.Warn("removing a moved-away copy", "dir", dir, "err", err)
 				continue
 			}

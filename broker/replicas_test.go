@@ -14,8 +14,9 @@ import (
 // replaying the metadata log passes through old placements) touches
 // nothing, whether the newer copy is in place or set aside.
 func TestClaimPartitionDirOnlyMovesForward(t *testing.T) {
-	n := &Node{cfg: Config{NodeID: "n3"}, logger: slog.New(slog.DiscardHandler)}
-	root := t.TempDir()
+	data := t.TempDir()
+	n := &Node{cfg: Config{NodeID: "n3", DataDir: data}, logger: slog.New(slog.DiscardHandler)}
+	root := filepath.Join(data, "partitions", "t", "f")
 	dir := filepath.Join(root, "s-partition-0")
 	list := func() []string {
 		var names []string

@@ -408,15 +408,15 @@ func (s *session) partitionedMetadata(c *transport.PartitionedMetadata) {
 }
 
 func (s *session) createProducer(c *transport.CreateProducer) {
-	lp, err := s.localLeader(c.Stream)
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
 	name := c.ProducerName
 	if name == "" {
 		name = fmt.Sprintf("%s-%d", s.n.cfg.NodeID, producerSeq.Add(1))
-	} else if err := geofabricCheckName(name); err != nil {
+	} else if err := geofabric.CheckClientName("producer", name); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	lp, err := s.localLeader(c.Stream)
+	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
@@ -461,19 +461,6 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: req.lastSeq})
 	}
 	lp.send(ctx, req)
-}
-
-// geofabricCheckName validates a producer or subscription name.
-func geofabricCheckName(name string) error {
-	if len(name) > 256 {
-		return wireError(transport.CodeInvalidName, "name longer than 256 bytes")
-	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
-			return wireError(transport.CodeInvalidName, "name %q has a control character", name)
-		}
-	}
-	return nil
 }
 
 func (s *session) send(c *transport.Send) {
@@ -537,16 +524,18 @@ func (s *session) closeProducer(c *transport.CloseProducer) {
 }
 
 func (s *session) subscribe(c *transport.Subscribe) {
+	if err := geofabric.CheckClientName("subscription", c.Subscription); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	if c.ConsumerName != "" {
+		if err := geofabric.CheckClientName("consumer", c.ConsumerName); err != nil {
+			s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+			return
+		}
+	}
 	lp, err := s.localLeader(c.Stream)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	if c.Subscription == "" {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "a subscription needs a name"))
-		return
-	}
-	if err := geofabricCheckName(c.Subscription); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -136,8 +135,13 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	if err != nil {
 		return nil, err
 	}
-	if opts.Subscription == "" {
-		return nil, errors.New("client: a consumer needs a subscription name")
+	if err := geofabric.CheckClientName("subscription", opts.Subscription); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if opts.Name != "" {
+		if err := geofabric.CheckClientName("consumer", opts.Name); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
 	}
 	if opts.ReceiverQueueSize <= 0 {
 		opts.ReceiverQueueSize = 1000

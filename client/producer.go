@@ -85,6 +85,11 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	if err != nil {
 		return nil, err
 	}
+	if opts.Name != "" {
+		if err := geofabric.CheckClientName("producer", opts.Name); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+	}
 	opts.setDefaults()
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Scheme is the only stream domain fabriq has: every stream is persistent.
@@ -16,6 +18,15 @@ const (
 	// maxSegment is the longest tenant, fabric or stream segment.
 	maxSegment   = 200
 	partitionSep = "-partition-"
+	// MaxName is the longest partition name, in bytes: the scheme, three
+	// segments of maxSegment bytes, their separators and the longest
+	// partition suffix.
+	MaxName = len(Scheme) + 3*maxSegment + 2 + len(partitionSep) + 4
+	// MaxClientName is the longest producer, subscription or consumer
+	// name, in bytes.
+	MaxClientName = 256
+	// quoteLimit is how many bytes of a refused name an error quotes.
+	quoteLimit = 80
 )
 
 // ErrInvalidName is matched (errors.Is) by every name error.
@@ -36,17 +47,50 @@ type Partition struct {
 }
 
 func nameError(s, why string) error {
-	return fmt.Errorf("%w %q: %s", ErrInvalidName, s, why)
+	return fmt.Errorf("%w %s: %s", ErrInvalidName, quote(s), why)
+}
+
+// quote quotes a name for an error, cut to quoteLimit bytes: an error
+// about a name of megabytes need not repeat it.
+func quote(s string) string {
+	if len(s) <= quoteLimit {
+		return strconv.Quote(s)
+	}
+	cut := quoteLimit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
+// checkUTF8 refuses a name that is not valid UTF-8, naming the first bad
+// byte: ranging over such a string would read each bad byte as U+FFFD.
+func checkUTF8(s string) error {
+	if utf8.ValidString(s) {
+		return nil
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return nameError(s, fmt.Sprintf("is not valid UTF-8 (byte %#x at %d)", s[i], i))
+		}
+		i += size
+	}
+	return nameError(s, "is not valid UTF-8")
 }
 
 // checkSegment validates one segment of a name: letters, digits and
-// - _ . = : are allowed.
+// - _ . = : are allowed, but not the segments "." and "..", which file
+// systems and URLs read as "this" and "the parent".
 func checkSegment(full, what, seg string) error {
 	if seg == "" {
 		return nameError(full, what+" is empty")
 	}
 	if len(seg) > maxSegment {
 		return nameError(full, fmt.Sprintf("%s is longer than %d bytes", what, maxSegment))
+	}
+	if seg == "." || seg == ".." {
+		return nameError(full, fmt.Sprintf("%s may not be %q", what, seg))
 	}
 	for _, r := range seg {
 		switch {
@@ -59,9 +103,43 @@ func checkSegment(full, what, seg string) error {
 	return nil
 }
 
+// checkName refuses what no name can be: too long, or not UTF-8.
+func checkName(s string) error {
+	if len(s) > MaxName {
+		return nameError(s, fmt.Sprintf("is longer than %d bytes", MaxName))
+	}
+	return checkUTF8(s)
+}
+
+// CheckClientName validates a name a client gives a producer, a
+// subscription or a consumer (what says which, for the error): valid
+// UTF-8, 1 to MaxClientName bytes, no control characters. Such names
+// are keys in replicated state and appear in logs and metrics, never in
+// paths.
+func CheckClientName(what, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: a %s name is empty", ErrInvalidName, what)
+	case len(name) > MaxClientName:
+		return fmt.Errorf("%w: %s name %s is longer than %d bytes", ErrInvalidName, what, quote(name), MaxClientName)
+	}
+	if err := checkUTF8(name); err != nil {
+		return fmt.Errorf("%s name: %w", what, err)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s name %s has the control character %U", ErrInvalidName, what, quote(name), r)
+		}
+	}
+	return nil
+}
+
 // ParseStream parses persistent://TENANT/FABRIC/STREAM. A name that names a
 // partition (ends in -partition-K) is refused: use ParsePartition.
 func ParseStream(s string) (Stream, error) {
+	if err := checkName(s); err != nil {
+		return Stream{}, err
+	}
 	rest, ok := strings.CutPrefix(s, Scheme)
 	if !ok {
 		return Stream{}, nameError(s, "a stream name starts with "+Scheme)
@@ -99,6 +177,9 @@ func splitPartition(name string) (string, int, bool) {
 // ParsePartition parses a partition name: a stream name, or a stream name
 // followed by -partition-K.
 func ParsePartition(s string) (Partition, error) {
+	if err := checkName(s); err != nil {
+		return Partition{}, err
+	}
 	rest, ok := strings.CutPrefix(s, Scheme)
 	if ok {
 		parts := strings.Split(rest, "/")
@@ -124,6 +205,9 @@ func ParsePartition(s string) (Partition, error) {
 
 // ParseFabric parses TENANT/FABRIC, with or without the scheme.
 func ParseFabric(s string) (tenant, fabric string, err error) {
+	if err := checkName(s); err != nil {
+		return "", "", err
+	}
 	rest := strings.TrimPrefix(s, Scheme)
 	parts := strings.Split(strings.TrimSuffix(rest, "/"), "/")
 	if len(parts) != 2 {

@@ -2,6 +2,7 @@ package geofabric
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -91,5 +92,103 @@ func TestValidatePartitions(t *testing.T) {
 	}
 	if ValidatePartitions(1) != nil || ValidatePartitions(MaxPartitions) != nil {
 		t.Fatal("valid counts refused")
+	}
+}
+
+// Names refuse what a file system or a URL reads specially, and bytes that
+// are not UTF-8, with an error that says why and does not repeat a huge
+// name.
+func TestNamesRefused(t *testing.T) {
+	long := "persistent://t/f/" + strings.Repeat("s", 10000)
+	tests := []struct {
+		in, why string
+	}{
+		{"persistent://a/../..", `tenant/fabric/stream: fabric may not be ".."`},
+		{"persistent://t/f/.", `stream may not be "."`},
+		{"persistent://../../..", `tenant may not be ".."`},
+		{"persistent://./f/s", `tenant may not be "."`},
+		{"persistent://t/f/..-partition-0", ""}, // a partition of ".." (ParseStream: a partition name)
+		{"persistent://t/f/a/b", "TENANT/FABRIC/STREAM"},
+		{"persistent://t/f/a\x00b", `character '\x00'`},
+		{"persistent://t/f/a\xffb", "not valid UTF-8 (byte 0xff at 18)"},
+		{"persistent://t/\xc3/s", "not valid UTF-8 (byte 0xc3 at 15)"},
+		{"persistent://t/f/\xed\xa0\x80", "not valid UTF-8"}, // a UTF-16 surrogate
+		{"persistent://t/f/a b", `character ' '`},
+		{"persistent://t/f/a%2Fb", `character '%'`},
+		{"persistent://t/f/a@b", `character '@'`},
+		{long, "longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in[:min(len(tt.in), 40)], func(t *testing.T) {
+			for _, parse := range []func(string) error{
+				func(s string) error { _, err := ParseStream(s); return err },
+				func(s string) error { _, err := ParsePartition(s); return err },
+			} {
+				err := parse(tt.in)
+				if !errors.Is(err, ErrInvalidName) {
+					t.Fatalf("%q: err = %v, want ErrInvalidName", tt.in, err)
+				}
+				why := strings.TrimPrefix(tt.why, "tenant/fabric/stream: ")
+				if !strings.Contains(err.Error(), why) {
+					t.Fatalf("%q: err = %q, want it to say %q", tt.in, err, why)
+				}
+				if len(err.Error()) > 200 {
+					t.Fatalf("error of %d bytes: %.100s…", len(err.Error()), err)
+				}
+			}
+		})
+	}
+	for _, in := range []string{"../..", "t/.", "./f", "t/f\xff", "persistent://../x"} {
+		if _, _, err := ParseFabric(in); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("ParseFabric(%q) err = %v, want ErrInvalidName", in, err)
+		}
+	}
+	// Dots are fine elsewhere in a segment.
+	for _, in := range []string{"persistent://t/f/...", "persistent://t/f/.s", "persistent://t.x/f./s..s"} {
+		if _, err := ParseStream(in); err != nil {
+			t.Errorf("ParseStream(%q): %v", in, err)
+		}
+	}
+	// The longest names the segments allow still parse.
+	seg := strings.Repeat("x", maxSegment)
+	longest := Stream{seg, seg, seg}.Partition(MaxPartitions-1, MaxPartitions).String()
+	if len(longest) != MaxName {
+		t.Fatalf("the longest partition name has %d bytes, MaxName is %d", len(longest), MaxName)
+	}
+	if _, err := ParsePartition(longest); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckClientName(t *testing.T) {
+	good := []string{"p", "orders-writer-1", "sub/with/slashes", "..", "名前", "emoji-\U0001F600", strings.Repeat("x", MaxClientName), "\uFFFD"}
+	for _, name := range good {
+		if err := CheckClientName("producer", name); err != nil {
+			t.Errorf("CheckClientName(%q): %v", name, err)
+		}
+	}
+	bad := []struct {
+		in, why string
+	}{
+		{"", "a subscription name is empty"},
+		{strings.Repeat("x", MaxClientName+1), "longer than 256 bytes"},
+		{strings.Repeat("x", 10000), "(10000 bytes)"},
+		{"a\x00b", "control character U+0000"},
+		{"a\nb", "control character U+000A"},
+		{"a\x7fb", "control character U+007F"},
+		{"a\u0085b", "control character U+0085"},
+		{"a\xffb", "subscription name: invalid name \"a\\xffb\": is not valid UTF-8 (byte 0xff at 1)"},
+		{"\xc0\xaf", "not valid UTF-8"}, // an overlong '/'
+	}
+	for _, tt := range bad {
+		t.Run(tt.in[:min(len(tt.in), 20)], func(t *testing.T) {
+			err := CheckClientName("subscription", tt.in)
+			if !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), tt.why) {
+				t.Fatalf("CheckClientName(%q) = %v, want ErrInvalidName saying %q", tt.in, err, tt.why)
+			}
+			if len(err.Error()) > 200 {
+				t.Fatalf("error of %d bytes", len(err.Error()))
+			}
+		})
 	}
 }

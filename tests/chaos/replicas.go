@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker"
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/geofabric"
 )
 
 // ReplicasResult says whether every replica of every partition holds the
@@ -172,13 +174,16 @@ func Placement(ctx context.Context, url string, streams []string) (map[string][]
 		if err != nil {
 			return nil, err
 		}
-		leaf := s[strings.LastIndex(s, "/")+1:]
+		st, err := geofabric.ParseStream(s)
+		if err != nil {
+			return nil, err
+		}
 		for _, p := range info.Partitions {
-			name := leaf
-			if len(info.Partitions) > 1 {
-				name = fmt.Sprintf("%s-partition-%d", leaf, p.Partition)
+			dir, err := broker.PartitionDir("", st.Partition(int(p.Partition), len(info.Partitions)).String())
+			if err != nil {
+				return nil, err
 			}
-			out[name] = p.Replicas
+			out[filepath.Base(dir)] = p.Replicas
 		}
 	}
 	return out, nil
