@@ -309,7 +309,7 @@ func TestChaos(t *testing.T) {
 		cl.Stop(n)
 	}
 	s.Replicas = CompareReplicas(cl, "chaos", "jepsen", placement)
-	s.OnNodes = CheckOnNodes(cl, "chaos", "jepsen", workloads, ops, placement)
+	s.OnNodes = CheckOnNodes(cl, workloads, ops, placement)
 	s.Valid = s.Valid && s.Replicas.Valid && s.OnNodes.Valid
 	if err := h.WriteFile(filepath.Join(runDir, "history.jsonl")); err != nil {
 		t.Error(err)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/fabriq-io/fabriq/broker"
+	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 )
 
@@ -33,7 +35,7 @@ type OnNodesResult struct {
 // its receipt's offset on every copy: a message a majority acknowledged
 // must be on every replica once they caught up, not only on the one a
 // consumer read.
-func CheckOnNodes(c *Cluster, tenant, fabric string, workloads []Workload, ops []Op, placement map[string][]string) OnNodesResult {
+func CheckOnNodes(c *Cluster, workloads []Workload, ops []Op, placement map[string][]string) OnNodesResult {
 	r := OnNodesResult{Valid: true}
 	for _, w := range workloads {
 		acked := map[int][]Op{}
@@ -42,22 +44,31 @@ func CheckOnNodes(c *Cluster, tenant, fabric string, workloads []Workload, ops [
 				acked[op.Partition] = append(acked[op.Partition], op)
 			}
 		}
-		leaf := w.Stream[len("persistent://"+tenant+"/"+fabric+"/"):]
+		st, err := geofabric.ParseStream(w.Stream)
+		if err != nil {
+			r.Valid = false
+			r.note(err.Error())
+			continue
+		}
 		parts := make([]int, 0, len(acked))
 		for p := range acked {
 			parts = append(parts, p)
 		}
 		sort.Ints(parts)
 		for _, p := range parts {
-			name := leaf
-			if w.Partitions > 1 {
-				name = fmt.Sprintf("%s-partition-%d", leaf, p)
-			}
+			pn := st.Partition(p, w.Partitions).String()
 			for _, n := range c.Nodes {
+				dir, err := broker.PartitionDir(n.Dir, pn)
+				if err != nil {
+					r.Valid = false
+					r.note(err.Error())
+					continue
+				}
+				name := filepath.Base(dir)
 				if !slices.Contains(placement[name], n.ID) {
 					continue
 				}
-				held, start, err := readCopy(filepath.Join(n.Dir, "partitions", tenant, fabric, name, "log"))
+				held, start, err := readCopy(filepath.Join(dir, "log"))
 				if err != nil {
 					r.Valid = false
 					r.note(fmt.Sprintf("%s on %s: %v", name, n.ID, err))

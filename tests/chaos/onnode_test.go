@@ -48,7 +48,7 @@ func TestOnNodesCheck(t *testing.T) {
 	for _, n := range c.Nodes {
 		writeCopy(t, n, "s-partition-1", "a", "b", "c")
 	}
-	if r := CheckOnNodes(c, "t", "f", []Workload{w}, ops, placement); !r.Valid || r.Copies != 3 || r.Checked != 9 {
+	if r := CheckOnNodes(c, []Workload{w}, ops, placement); !r.Valid || r.Copies != 3 || r.Checked != 9 {
 		t.Fatalf("every copy holds every acknowledged message: %+v", r)
 	}
 	// One replica lacks the last acknowledged message, another holds a
@@ -61,13 +61,13 @@ func TestOnNodesCheck(t *testing.T) {
 	writeCopy(t, c2.Nodes[1], "s-partition-1", "a", "b")
 	writeCopy(t, c2.Nodes[2], "s-partition-1", "a", "B", "c")
 	placement = map[string][]string{"s-partition-1": {"m1", "m2", "m3"}}
-	r := CheckOnNodes(c2, "t", "f", []Workload{w}, ops, placement)
+	r := CheckOnNodes(c2, []Workload{w}, ops, placement)
 	if r.Valid || r.Missing != 2 || len(r.Examples) != 2 || !strings.Contains(r.Examples[0], "m2") || !strings.Contains(r.Examples[1], "m3") {
 		t.Fatalf("a copy missing a message and one holding another payload: %+v", r)
 	}
 	// A copy left on a node that no longer holds the partition is not read.
 	placement = map[string][]string{"s-partition-1": {"m1"}}
-	if r := CheckOnNodes(c2, "t", "f", []Workload{w}, ops, placement); !r.Valid || r.Copies != 1 {
+	if r := CheckOnNodes(c2, []Workload{w}, ops, placement); !r.Valid || r.Copies != 1 {
 		t.Fatalf("current replicas only: %+v", r)
 	}
 }
