@@ -786,22 +786,20 @@ func (n *Node) waitPartition(ctx context.Context, name string) (*localPartition,
 	}
 }
 
-// acceptLoop serves client connections.
+// acceptLoop serves client connections until the node closes.
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
+	// A failed accept (out of descriptors) is retried with a backoff: a
+	// node that gave up here would stay a leader no client can reach.
+	acc := cluster.NewAcceptor(n.clientLn, n.stop, n.logger.With("listener", "client"))
 	for {
-		nc, err := n.clientLn.Accept()
+		nc, err := acc.Accept()
 		if err != nil {
 			select {
 			case <-n.stop:
-				return
 			default:
+				n.logger.Error("client listener closed under the node", "err", err)
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			n.logger.Error("client listener failed", "err", err)
 			return
 		}
 		s, err := newSession(n, nc)
