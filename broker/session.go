@@ -43,6 +43,8 @@ type session struct {
 	// pong is signalled when the client answers a Ping.
 	pong    chan struct{}
 	probeMu sync.Mutex
+	// in holds the frames read and not yet handled.
+	in *inbox
 	// ctx ends when the session closes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,6 +54,8 @@ type session struct {
 	mu        sync.Mutex
 	producers map[uint64]*sessProducer
 	consumers map[uint64]*sessConsumer
+	// subscribing counts the subscribes in progress.
+	subscribing int
 }
 
 type sessProducer struct {
@@ -83,6 +87,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		out:       make(chan transport.Command, outboxSize),
 		msgs:      make(chan transport.Command, msgBoxSize),
 		pong:      make(chan struct{}, 1),
+		in:        newInbox(n.cfg.Limits.MaxQueuedBytesPerConnection),
 		done:      make(chan struct{}),
 		producers: map[uint64]*sessProducer{},
 		consumers: map[uint64]*sessConsumer{},
@@ -126,15 +131,15 @@ func (s *session) serve() {
 	}()
 	// One goroutine reads, another handles: a Pong is seen even while a
 	// command waits (a subscribe probing another client, EX-2), so two
-	// clients probing each other both answer.
-	frames := make(chan transport.Command, 64)
+	// clients probing each other both answer. What is read and not yet
+	// handled is bounded by bytes (ClientLimits.MaxQueuedBytesPerConnection).
 	readErr := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer close(frames)
+		defer s.in.end()
 		for {
-			cmd, err := s.conn.Receive()
+			cmd, size, err := s.conn.ReceiveSized()
 			if err != nil {
 				readErr <- err
 				return
@@ -146,15 +151,20 @@ func (s *session) serve() {
 				}
 				continue
 			}
-			select {
-			case frames <- cmd:
-			case <-s.done:
+			q := queued{cmd: cmd, size: charge(size)}
+			if !s.in.take(q.size, s.done) {
 				return
 			}
+			s.in.put(q)
 		}
 	}()
-	for cmd := range frames {
-		s.handle(cmd)
+	for {
+		q, ok := s.in.next(s.done)
+		if !ok {
+			break
+		}
+		s.handle(q.cmd)
+		s.in.give(q.size)
 	}
 	select {
 	case err := <-readErr:
@@ -422,7 +432,17 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "producer id %d is in use on this connection", c.ProducerID))
 		return
 	}
+	held := 0
+	for _, sp := range s.producers {
+		if sp.p != lp || sp.name != name { // a re-attach replaces its own
+			held++
+		}
+	}
 	s.mu.Unlock()
+	if limit := s.n.cfg.Limits.MaxProducersPerConnection; held >= limit {
+		s.replyErr(c.RequestID, wireError(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.n.cfg.NodeID))
+		return
+	}
 	if !lp.claimProducer(name, s) {
 		s.replyErr(c.RequestID, wireError(transport.CodeProducerBusy, msgProducerBusy, name))
 		return
@@ -575,7 +595,19 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
 		return
 	}
+	// Subscribes in flight count: they may all succeed.
+	if limit := s.n.cfg.Limits.MaxConsumersPerConnection; len(s.consumers)+s.subscribing >= limit {
+		s.mu.Unlock()
+		s.replyErr(c.RequestID, wireError(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.n.cfg.NodeID))
+		return
+	}
+	s.subscribing++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.subscribing--
+		s.mu.Unlock()
+	}()
 	if c.PriorityLevel < 0 {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
 		return
