@@ -176,11 +176,8 @@ func (l ClientLimits) validate() error {
 		{"MaxQueuedBytesPerConnection", l.MaxQueuedBytesPerConnection},
 	} {
 		if f.v < 0 {
-			return fmt.Errorf("broker: %s must be positive, not %d", f.name, f.v)
+			return fmt.Errorf("broker: %s must not be negative, not %d", f.name, f.v)
 		}
-	}
-	if l.MaxConnectionsPerAddress > l.MaxConnections {
-		return fmt.Errorf("broker: MaxConnectionsPerAddress %d is above MaxConnections %d", l.MaxConnectionsPerAddress, l.MaxConnections)
 	}
 	return nil
 }

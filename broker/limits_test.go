@@ -110,6 +110,20 @@ func TestConnectionsPerAddressLimit(t *testing.T) {
 	}
 }
 
+// A node over its connection limit refuses more, whatever their address.
+func TestConnectionsPerNodeLimit(t *testing.T) {
+	n := startLimited(t, broker.ClientLimits{MaxConnections: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		if _, err := dialRaw(ctx, t, n); err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+	}
+	_, err := dialRaw(ctx, t, n)
+	wantLimit(t, err, "(--max-connections)")
+}
+
 // A connection holds at most MaxProducersPerConnection producers and
 // MaxConsumersPerConnection consumers; others are refused with a clear
 // error, and the connection goes on.
