@@ -121,14 +121,17 @@ type ClientLimits struct {
 	// partition: each keeps a cursor in its replicated state, in every
 	// snapshot, on every replica. Default 1,000.
 	MaxSubscriptionsPerPartition int
-	// MaxQueuedBytesPerConnection bounds the bytes of the frames a
-	// connection has read and not yet handled: what one client that sends
-	// faster than the node serves it, or whose requests wait, can pin in
-	// memory. A frame larger than what is left waits until the queue is
-	// empty, so the bound is this plus one frame. When it is reached the
-	// connection stops reading (TCP pushes back on the client). Default
-	// 16 MiB: three frames of the largest message, far more than a
-	// pipelining producer needs to keep its partition busy.
+	// MaxQueuedBytesPerConnection bounds, each way, the bytes a
+	// connection holds in memory: the frames read and not yet handled
+	// (what a client that sends faster than the node serves it, or whose
+	// requests wait, can pin), and the messages queued for a consumer and
+	// not yet written (what a consumer that reads slowly can pin). A frame
+	// larger than what is left waits until the queue is empty, so the
+	// bound is this plus one frame. When it is reached the connection
+	// stops reading (TCP pushes back on the client), and dispatch to it
+	// waits (a consumer that takes nothing for 10 s is disconnected).
+	// Default 16 MiB: three frames of the largest message, far more than
+	// a pipelining producer needs to keep its partition busy.
 	MaxQueuedBytesPerConnection int
 }
 

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"sync"
 
 	"github.com/fabriq-io/fabriq/transport"
@@ -127,4 +129,68 @@ func (b *inbox) next(done <-chan struct{}) (queued, bool) {
 			return queued{}, false
 		}
 	}
+}
+
+// gate bounds the bytes of the Message frames a session has queued and
+// not yet written, for any number of waiting dispatchers: each give wakes
+// every waiter. A frame larger than what is left goes when nothing else
+// is queued, so the bound is max plus one frame.
+type gate struct {
+	max int
+
+	mu   sync.Mutex
+	used int
+	// changed is closed, and replaced, when bytes are given back.
+	changed chan struct{}
+}
+
+func newGate(max int) *gate {
+	return &gate{max: max, changed: make(chan struct{})}
+}
+
+// take reserves n bytes, waiting until they fit, ctx ends or done is
+// closed; it returns ctx's error, or errSessionClosed.
+func (g *gate) take(ctx context.Context, n int, done <-chan struct{}) error {
+	for {
+		g.mu.Lock()
+		if g.used == 0 || g.used+n <= g.max {
+			g.used += n
+			g.mu.Unlock()
+			return nil
+		}
+		changed := g.changed
+		g.mu.Unlock()
+		select {
+		case <-changed:
+		case <-done:
+			return errSessionClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// give returns bytes taken.
+func (g *gate) give(n int) {
+	g.mu.Lock()
+	g.used -= n
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.mu.Unlock()
+}
+
+// errSessionClosed is what waits of a closed session return.
+var errSessionClosed = errors.New("connection closed")
+
+// messageSize is what a Message frame is charged against its session's
+// gate: its payloads and keys, and frameOverhead per message.
+func messageSize(m *transport.Message) int {
+	n := frameOverhead
+	for _, d := range m.Messages {
+		n += frameOverhead + len(d.Data.Payload) + len(d.Data.Key) + len(d.Data.OrderingKey)
+		for k, v := range d.Data.Properties {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -54,5 +56,46 @@ func TestInboxBoundsBytes(t *testing.T) {
 		if _, ok := b.next(make(chan struct{})); !ok {
 			break
 		}
+	}
+}
+
+// The gate holds at most its bound of bytes, plus one frame, and one give
+// wakes every waiter that then fits: many dispatchers may wait on one
+// session.
+func TestGateWakesEveryWaiter(t *testing.T) {
+	g := newGate(100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	if err := g.take(ctx, 100, done); err != nil {
+		t.Fatal(err)
+	}
+	took := make(chan error, 2)
+	for range 2 {
+		go func() { took <- g.take(ctx, 50, done) }()
+	}
+	select {
+	case err := <-took:
+		t.Fatalf("a take past the bound returned %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.give(100)
+	for range 2 {
+		if err := <-took; err != nil {
+			t.Fatalf("a waiter was not let in after a give: %v", err)
+		}
+	}
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if err := g.take(short, 1<<20, done); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a take past the bound, the gate full: %v, want it to wait until its deadline", err)
+	}
+	g.give(100)
+	if err := g.take(ctx, 1<<20, done); err != nil {
+		t.Fatalf("a frame above the bound, nothing queued: %v", err)
+	}
+	close(done)
+	if err := g.take(ctx, 1, done); !errors.Is(err, errSessionClosed) {
+		t.Fatalf("a take on a closed session: %v", err)
 	}
 }

@@ -45,6 +45,9 @@ type session struct {
 	probeMu sync.Mutex
 	// in holds the frames read and not yet handled.
 	in *inbox
+	// outBytes bounds the bytes of the Message frames in msgs and being
+	// written.
+	outBytes *gate
 	// ctlMu guards the slow requests running (at most maxControl) and
 	// those waiting for a worker (control).
 	ctlMu      sync.Mutex
@@ -93,6 +96,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		msgs:        make(chan transport.Command, msgBoxSize),
 		pong:        make(chan struct{}, 1),
 		in:          newInbox(n.cfg.Limits.MaxQueuedBytesPerConnection),
+		outBytes:    newGate(n.cfg.Limits.MaxQueuedBytesPerConnection),
 		done:        make(chan struct{}),
 		producers:   map[uint64]*sessProducer{},
 		consumers:   map[uint64]*sessConsumer{},
@@ -307,6 +311,9 @@ func (s *session) writeLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		err := s.conn.Send(ctx, cmd)
 		cancel()
+		if m, ok := cmd.(*transport.Message); ok {
+			s.outBytes.give(messageSize(m))
+		}
 		if err != nil {
 			s.logger.Debug("write failed", "err", err)
 			s.close()
@@ -330,12 +337,21 @@ func (s *session) reply(cmd transport.Command) {
 // deliver queues a Message frame, waiting for room (the dispatcher's
 // backpressure) until ctx ends.
 func (s *session) deliver(ctx context.Context, m *transport.Message) error {
+	size := messageSize(m)
+	if err := s.outBytes.take(ctx, size, s.done); err != nil {
+		if ctx.Err() != nil {
+			s.close()
+		}
+		return err
+	}
 	select {
 	case s.msgs <- m:
 		return nil
 	case <-s.done:
-		return errors.New("connection closed")
+		s.outBytes.give(size)
+		return errSessionClosed
 	case <-ctx.Done():
+		s.outBytes.give(size)
 		s.close()
 		return ctx.Err()
 	}

@@ -99,7 +99,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.IntVar(&o.limits.MaxProducersPerConnection, "max-producers-per-connection", l.MaxProducersPerConnection, "producers one connection may hold (one per partition it writes on this node)")
 	f.IntVar(&o.limits.MaxConsumersPerConnection, "max-consumers-per-connection", l.MaxConsumersPerConnection, "consumers one connection may hold (one per partition it reads on this node)")
 	f.IntVar(&o.limits.MaxSubscriptionsPerPartition, "max-subscriptions-per-partition", l.MaxSubscriptionsPerPartition, "durable subscriptions a partition may have; a subscribe that would create one more is refused with LimitExceeded")
-	f.IntVar(&o.limits.MaxQueuedBytesPerConnection, "max-queued-bytes-per-connection", l.MaxQueuedBytesPerConnection, "bytes of frames read from one connection and not yet served, at most (plus one frame); past it the node stops reading that connection until it catches up")
+	f.IntVar(&o.limits.MaxQueuedBytesPerConnection, "max-queued-bytes-per-connection", l.MaxQueuedBytesPerConnection, "bytes one connection may hold in memory each way (plus one frame): frames read and not yet served, past which the node stops reading it, and messages queued for its consumers and not yet written")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
 	cmd.SetOut(stdout)
