@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,16 @@ func TestNodeServesAgainAfterRunningOutOfDescriptors(t *testing.T) {
 	}
 	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after the flood")}); err != nil {
 		t.Fatalf("after the flood, no send: %v", err)
+	}
+	// The failures were logged once per burst, not once each.
+	logs := n.logs.String()
+	failing, again := strings.Count(logs, "accepting connections fails"), strings.Count(logs, "accepting connections again")
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "accepting connections") {
+			t.Log(line)
+		}
+	}
+	if failing == 0 || failing > 10 || again == 0 {
+		t.Fatalf("%d accept failure bursts and %d recoveries logged, want a few of each", failing, again)
 	}
 }
