@@ -94,7 +94,7 @@ func (n *Node) stream(name string) (geofabric.Stream, streamMeta, error) {
 }
 
 func (s *session) createStream(c *transport.CreateStream) {
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
 	defer cancel()
 	if err := s.n.createStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas)); err != nil {
 		s.replyErr(c.RequestID, err)
@@ -181,7 +181,7 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
 	defer cancel()
 	if _, err := s.n.meta.Apply(ctx, data); err != nil {
 		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))

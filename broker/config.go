@@ -52,6 +52,9 @@ type Config struct {
 	Raft RaftTimings
 	// Subscriptions tunes subscriptions; zero fields take their defaults.
 	Subscriptions SubscriptionLimits
+	// Limits bound what clients may hold on the node; zero fields take
+	// their defaults.
+	Limits ClientLimits
 	// Version is reported to clients.
 	Version string
 	// Logger receives the node's logs. Nil discards them.
@@ -91,6 +94,95 @@ type SubscriptionLimits struct {
 	// Defaults 2,000 and 20,000.
 	LookAheadPerConsumer     int
 	LookAheadPerSubscription int
+}
+
+// ClientLimits bound what clients may hold on a node, so that one client
+// (or a flood of connections) cannot take what every other needs: file
+// descriptors, goroutines, memory. A request over a limit is refused with
+// the wire error LimitExceeded, naming the limit; a connection over one
+// gets that error in answer to its Connect and is closed.
+type ClientLimits struct {
+	// MaxConnections bounds the client connections of the node. Default
+	// 10,000: each costs a descriptor and two goroutines, and the node
+	// needs descriptors for its logs and Raft besides; set the process's
+	// descriptor limit above it.
+	MaxConnections int
+	// MaxConnectionsPerAddress bounds the connections from one client IP
+	// address. Default 1,000: a client opens one connection per node it
+	// talks to, and many applications share a host, but one host cannot
+	// take every connection of the node.
+	MaxConnectionsPerAddress int
+	// MaxProducersPerConnection and MaxConsumersPerConnection bound the
+	// producers and consumers one connection holds. Default 1,000 each: a
+	// client holds one per partition it writes or reads on the node.
+	MaxProducersPerConnection int
+	MaxConsumersPerConnection int
+	// MaxSubscriptionsPerPartition bounds the durable subscriptions of a
+	// partition: each keeps a cursor in its replicated state, in every
+	// snapshot, on every replica. Default 1,000.
+	MaxSubscriptionsPerPartition int
+	// MaxQueuedBytesPerConnection bounds, each way, the bytes a
+	// connection holds in memory: the frames read and not yet handled
+	// (what a client that sends faster than the node serves it, or whose
+	// requests wait, can pin), and the messages queued for a consumer and
+	// not yet written (what a consumer that reads slowly can pin). A frame
+	// larger than what is left waits until the queue is empty, so the
+	// bound is this plus one frame. When it is reached the connection
+	// stops reading (TCP pushes back on the client), and dispatch to it
+	// waits (a consumer that takes nothing for 10 s is disconnected).
+	// Default 16 MiB: three frames of the largest message, far more than
+	// a pipelining producer needs to keep its partition busy.
+	MaxQueuedBytesPerConnection int
+}
+
+// DefaultClientLimits returns the defaults of ClientLimits.
+func DefaultClientLimits() ClientLimits {
+	return ClientLimits{
+		MaxConnections:               10_000,
+		MaxConnectionsPerAddress:     1_000,
+		MaxProducersPerConnection:    1_000,
+		MaxConsumersPerConnection:    1_000,
+		MaxSubscriptionsPerPartition: 1_000,
+		MaxQueuedBytesPerConnection:  16 << 20,
+	}
+}
+
+// withDefaults fills zero fields.
+func (l ClientLimits) withDefaults() ClientLimits {
+	d := DefaultClientLimits()
+	fill := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fill(&l.MaxConnections, d.MaxConnections)
+	fill(&l.MaxConnectionsPerAddress, d.MaxConnectionsPerAddress)
+	fill(&l.MaxProducersPerConnection, d.MaxProducersPerConnection)
+	fill(&l.MaxConsumersPerConnection, d.MaxConsumersPerConnection)
+	fill(&l.MaxSubscriptionsPerPartition, d.MaxSubscriptionsPerPartition)
+	fill(&l.MaxQueuedBytesPerConnection, d.MaxQueuedBytesPerConnection)
+	return l
+}
+
+// validate reports a limit that cannot work.
+func (l ClientLimits) validate() error {
+	l = l.withDefaults()
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxConnections", l.MaxConnections},
+		{"MaxConnectionsPerAddress", l.MaxConnectionsPerAddress},
+		{"MaxProducersPerConnection", l.MaxProducersPerConnection},
+		{"MaxConsumersPerConnection", l.MaxConsumersPerConnection},
+		{"MaxSubscriptionsPerPartition", l.MaxSubscriptionsPerPartition},
+		{"MaxQueuedBytesPerConnection", l.MaxQueuedBytesPerConnection},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("broker: %s must not be negative, not %d", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // DefaultSubscriptionLimits returns the defaults of SubscriptionLimits.
@@ -164,6 +256,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	c.Subscriptions = c.Subscriptions.withDefaults()
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 
@@ -191,5 +284,5 @@ func (c Config) Validate() error {
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return fmt.Errorf("broker: MaxMessageBytes must be in 1..%d, not %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	}
-	return nil
+	return c.Limits.validate()
 }

@@ -170,6 +170,10 @@ type joinEntry struct {
 	KeyMode    transport.KeySharedMode    `msgpack:"km,omitempty"`
 	OutOfOrder bool                       `msgpack:"oo,omitempty"`
 	Member     memberState                `msgpack:"c"`
+	// MaxSubs, when not zero, refuses to create the subscription if the
+	// partition has that many: the leader's limit, carried in the entry
+	// so that every replica decides alike.
+	MaxSubs int `msgpack:"ms,omitempty"`
 }
 
 // leaveEntry removes members of a subscription.
@@ -523,12 +527,23 @@ func (e *errModeMismatch) Error() string {
 	return fmt.Sprintf(msgSubscriptionType, e.active, e.requested)
 }
 
+// errTooManySubscriptions refuses a join that would create a
+// subscription on a partition that has as many as the limit.
+type errTooManySubscriptions struct{ max int }
+
+func (e *errTooManySubscriptions) Error() string {
+	return fmt.Sprintf("the partition has %d subscriptions, the limit (--max-subscriptions-per-partition)", e.max)
+}
+
 func (f *fsm) applyJoin(index uint64, body []byte) (joinResult, error) {
 	var e joinEntry
 	if err := msgpack.Unmarshal(body, &e); err != nil {
 		return joinResult{}, err
 	}
 	s, ok := f.state.Subs[e.Sub]
+	if !ok && e.MaxSubs > 0 && len(f.state.Subs) >= e.MaxSubs {
+		return joinResult{Err: &errTooManySubscriptions{max: e.MaxSubs}}, nil
+	}
 	if !ok {
 		floor := f.state.Next // latest (SUB-3): nothing before now
 		if e.Initial == transport.Earliest {

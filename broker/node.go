@@ -60,6 +60,11 @@ type Node struct {
 	// their group, retired (retirePartition), until it removes them.
 	retired  map[string]*localPartition
 	sessions map[*session]struct{}
+	// perAddr counts the sessions of each client IP address.
+	perAddr map[string]int
+	// refusals holds a token per connection being told it is over a
+	// limit (refuse).
+	refusals chan struct{}
 	changed  chan struct{} // closed and replaced when partitions change
 	closed   bool
 }
@@ -91,6 +96,8 @@ func NewNode(cfg Config) (*Node, error) {
 		partitions:   map[string]*localPartition{},
 		retired:      map[string]*localPartition{},
 		sessions:     map[*session]struct{}{},
+		perAddr:      map[string]int{},
+		refusals:     make(chan struct{}, maxRefusals),
 		changed:      make(chan struct{}),
 	}, nil
 }
@@ -625,6 +632,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	pcfg := defaultPartitionConfig()
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
+	pcfg.MaxSubscriptions = n.cfg.Limits.MaxSubscriptionsPerPartition
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
 	gcfg.NodeID = self
@@ -790,47 +798,106 @@ func (n *Node) waitPartition(ctx context.Context, name string) (*localPartition,
 	}
 }
 
-// acceptLoop serves client connections.
+// acceptLoop serves client connections until the node closes.
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
+	// A failed accept (out of descriptors) is retried with a backoff: a
+	// node that gave up here would stay a leader no client can reach.
+	acc := cluster.NewAcceptor(n.clientLn, n.stop, n.logger.With("listener", "client"))
 	for {
-		nc, err := n.clientLn.Accept()
+		nc, err := acc.Accept()
 		if err != nil {
 			select {
 			case <-n.stop:
-				return
 			default:
+				n.logger.Error("client listener closed under the node", "err", err)
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			n.logger.Error("client listener failed", "err", err)
 			return
 		}
-		s, err := newSession(n, nc)
-		if err != nil {
-			n.logger.Error("cannot serve a connection", "err", err)
-			nc.Close()
-			continue
-		}
+		host := hostOf(nc.RemoteAddr())
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
 			nc.Close()
 			return
 		}
+		var over error
+		switch lim := n.cfg.Limits; {
+		case len(n.sessions) >= lim.MaxConnections:
+			over = wireError(transport.CodeLimitExceeded, "node %s serves %d connections, its limit (--max-connections); try again later or another node", n.cfg.NodeID, lim.MaxConnections)
+		case n.perAddr[host] >= lim.MaxConnectionsPerAddress:
+			over = wireError(transport.CodeLimitExceeded, "node %s serves %d connections from %s, its limit per client address (--max-connections-per-address)", n.cfg.NodeID, lim.MaxConnectionsPerAddress, host)
+		}
+		if over != nil {
+			n.mu.Unlock()
+			n.refuse(nc, over)
+			continue
+		}
+		s, err := newSession(n, nc)
+		if err != nil {
+			n.mu.Unlock()
+			n.logger.Error("cannot serve a connection", "err", err)
+			nc.Close()
+			continue
+		}
 		n.sessions[s] = struct{}{}
-		n.mu.Unlock()
+		n.perAddr[host]++
 		n.wg.Add(1)
+		n.mu.Unlock()
 		go func() {
 			defer n.wg.Done()
 			s.serve()
 			n.mu.Lock()
 			delete(n.sessions, s)
+			if n.perAddr[host]--; n.perAddr[host] <= 0 {
+				delete(n.perAddr, host)
+			}
 			n.mu.Unlock()
 		}()
 	}
+}
+
+// maxRefusals bounds the connections being refused at once (refuse).
+const maxRefusals = 64
+
+// refuse tells a connection over a limit why, with an Error frame in
+// place of the Connected its client waits for, and closes it. Telling
+// takes up to a second and a half (transport.Conn.Fail), in a goroutine
+// of its own; when maxRefusals are being told already, the connection is
+// closed at once, so that a flood costs no more than that.
+func (n *Node) refuse(nc net.Conn, why error) {
+	select {
+	case n.refusals <- struct{}{}:
+	default:
+		nc.Close()
+		return
+	}
+	conn, err := transport.NewConn(nc, transport.Config{Logger: n.logger})
+	if err != nil {
+		<-n.refusals
+		nc.Close()
+		return
+	}
+	n.logger.Debug("refusing a connection", "client", nc.RemoteAddr().String(), "reason", why)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() { <-n.refusals }()
+		conn.Fail(transport.CodeLimitExceeded, why)
+	}()
+}
+
+// hostOf is the IP address of a connection's peer, the whole address if
+// it has no port.
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	s := a.String()
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		return host
+	}
+	return s
 }
 
 // Shutdown stops the node gracefully: it hands the leadership of every

@@ -51,6 +51,8 @@ type partitionConfig struct {
 	// SweepInterval is how often the leader looks for members that stayed
 	// away longer than the reconnect grace.
 	SweepInterval time.Duration
+	// MaxSubscriptions bounds the durable subscriptions; zero: no bound.
+	MaxSubscriptions int
 }
 
 func defaultPartitionConfig() partitionConfig {
@@ -669,12 +671,17 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 		defer p.setJoining(r.sub, c.name, newcomer, -1)
 		res, err := p.apply(ctx, entryJoin, joinEntry{
 			Sub: r.sub, Mode: r.mode, Initial: r.initial, KeyMode: keyMode, OutOfOrder: outOfOrder,
-			Member: memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges},
+			Member:  memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges},
+			MaxSubs: p.cfg.MaxSubscriptions,
 		})
 		if err != nil {
 			return nil, err
 		}
 		jr, _ := res.(joinResult)
+		var tooMany *errTooManySubscriptions
+		if errors.As(jr.Err, &tooMany) {
+			return nil, wireError(transport.CodeLimitExceeded, "subscription %s cannot be created: %v", r.sub, jr.Err)
+		}
 		if jr.Err != nil {
 			return nil, wireError(transport.CodeSubscriptionBusy, "%v", jr.Err)
 		}

@@ -43,6 +43,16 @@ type session struct {
 	// pong is signalled when the client answers a Ping.
 	pong    chan struct{}
 	probeMu sync.Mutex
+	// in holds the frames read and not yet handled.
+	in *inbox
+	// outBytes bounds the bytes of the Message frames in msgs and being
+	// written.
+	outBytes *gate
+	// ctlMu guards the slow requests running (at most maxControl) and
+	// those waiting for a worker (control).
+	ctlMu      sync.Mutex
+	ctlRunning int
+	ctlQueue   []controlJob
 	// ctx ends when the session closes.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,6 +62,8 @@ type session struct {
 	mu        sync.Mutex
 	producers map[uint64]*sessProducer
 	consumers map[uint64]*sessConsumer
+	// subscribing holds the consumer ids whose subscribe is in progress.
+	subscribing map[uint64]bool
 }
 
 type sessProducer struct {
@@ -75,17 +87,20 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{
-		ctx:       ctx,
-		cancel:    cancel,
-		n:         n,
-		conn:      conn,
-		logger:    n.logger.With("client", nc.RemoteAddr().String()),
-		out:       make(chan transport.Command, outboxSize),
-		msgs:      make(chan transport.Command, msgBoxSize),
-		pong:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
-		producers: map[uint64]*sessProducer{},
-		consumers: map[uint64]*sessConsumer{},
+		ctx:         ctx,
+		cancel:      cancel,
+		n:           n,
+		conn:        conn,
+		logger:      n.logger.With("client", nc.RemoteAddr().String()),
+		out:         make(chan transport.Command, outboxSize),
+		msgs:        make(chan transport.Command, msgBoxSize),
+		pong:        make(chan struct{}, 1),
+		in:          newInbox(n.cfg.Limits.MaxQueuedBytesPerConnection),
+		outBytes:    newGate(n.cfg.Limits.MaxQueuedBytesPerConnection),
+		done:        make(chan struct{}),
+		producers:   map[uint64]*sessProducer{},
+		consumers:   map[uint64]*sessConsumer{},
+		subscribing: map[uint64]bool{},
 	}, nil
 }
 
@@ -124,42 +139,142 @@ func (s *session) serve() {
 		defer s.wg.Done()
 		s.conn.KeepAlive(s.ctx, 0)
 	}()
-	// One goroutine reads, another handles: a Pong is seen even while a
-	// command waits (a subscribe probing another client, EX-2), so two
-	// clients probing each other both answer.
-	frames := make(chan transport.Command, 64)
+	// One goroutine reads and never waits for a request: it answers Pings
+	// and takes Pongs itself, even while requests wait (a subscribe
+	// probing another client, EX-2, or waiting on Raft), so a busy
+	// holder always answers its probe. Requests that may wait go to the
+	// session's control workers (control); the rest (sends, acks, flow:
+	// what must keep its order) are handled in order by this goroutine.
+	// What is read and not yet handled is bounded by bytes
+	// (ClientLimits.MaxQueuedBytesPerConnection).
 	readErr := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer close(frames)
+		defer s.in.end()
 		for {
-			cmd, err := s.conn.Receive()
+			cmd, size, err := s.conn.ReceiveSized()
 			if err != nil {
 				readErr <- err
 				return
 			}
-			if _, ok := cmd.(*transport.Pong); ok {
+			switch cmd.(type) {
+			case *transport.Pong:
 				select {
 				case s.pong <- struct{}{}:
 				default:
 				}
 				continue
+			case *transport.Ping:
+				s.reply(&transport.Pong{})
+				continue
 			}
-			select {
-			case frames <- cmd:
-			case <-s.done:
+			q := queued{cmd: cmd, size: charge(size)}
+			if !s.in.take(q.size, s.done) {
 				return
 			}
+			if slowRequest(cmd) {
+				s.control(q.size, func() { s.handle(q.cmd) })
+				continue
+			}
+			s.in.put(q)
 		}
 	}()
-	for cmd := range frames {
-		s.handle(cmd)
+	for {
+		q, ok := s.in.next(s.done)
+		if !ok {
+			break
+		}
+		s.handle(q.cmd)
+		s.in.give(q.size)
 	}
 	select {
 	case err := <-readErr:
 		s.failFrame(err)
 	default:
+	}
+}
+
+// maxControl bounds the slow requests one session runs at once; more
+// wait their turn, in order, within the session's byte bound.
+const maxControl = 16
+
+// slowRequest reports whether a request may wait (on Raft, on another
+// node, on probing another client), and so is served off the reader and
+// out of order with the session's other requests. Sends, acks, flow and
+// redeliveries stay in order; so does the part of a producer's or
+// consumer's close that they depend on (closeConsumer).
+func slowRequest(cmd transport.Command) bool {
+	switch cmd.(type) {
+	case *transport.Lookup, *transport.PartitionedMetadata, *transport.Subscribe,
+		*transport.Seek, *transport.Unsubscribe, *transport.CreateStream, *transport.DeleteStream,
+		*transport.ListStreams, *transport.DescribeStream, *transport.ClusterStatus, *transport.RenewReplica:
+		return true
+	}
+	return false
+}
+
+// control runs a slow request on one of the session's control workers,
+// and gives its charge of bytes back when done. Up to maxControl run at
+// once; the others queue, in order. Workers are the session's
+// goroutines: cleanup waits for them, and the session's context, which
+// every request's waits derive from, ends them when it closes. Queued
+// requests of a closed session are dropped.
+func (s *session) control(size int, job func()) {
+	s.startControl(controlJob{size: size, run: job})
+}
+
+// release runs on a control worker what a session must do even if it
+// closes meanwhile (detaching a consumer it has let go of).
+func (s *session) release(job func()) {
+	s.startControl(controlJob{run: job, must: true})
+}
+
+func (s *session) startControl(job controlJob) {
+	s.ctlMu.Lock()
+	if s.ctlRunning >= maxControl {
+		s.ctlQueue = append(s.ctlQueue, job)
+		s.ctlMu.Unlock()
+		return
+	}
+	s.ctlRunning++
+	s.wg.Add(1)
+	s.ctlMu.Unlock()
+	go s.controlWorker(job)
+}
+
+// controlJob is a slow request and its charge of bytes.
+type controlJob struct {
+	size int
+	run  func()
+	// must runs the job even once the session is closed.
+	must bool
+}
+
+// controlWorker runs job, then queued jobs until none is left.
+func (s *session) controlWorker(job controlJob) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.done:
+			if job.must {
+				job.run()
+			}
+		default:
+			job.run()
+		}
+		s.in.give(job.size)
+		s.ctlMu.Lock()
+		if len(s.ctlQueue) == 0 {
+			s.ctlRunning--
+			s.ctlQueue = nil
+			s.ctlMu.Unlock()
+			return
+		}
+		job = s.ctlQueue[0]
+		s.ctlQueue[0] = controlJob{}
+		s.ctlQueue = s.ctlQueue[1:]
+		s.ctlMu.Unlock()
 	}
 }
 
@@ -196,6 +311,9 @@ func (s *session) writeLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 		err := s.conn.Send(ctx, cmd)
 		cancel()
+		if m, ok := cmd.(*transport.Message); ok {
+			s.outBytes.give(messageSize(m))
+		}
 		if err != nil {
 			s.logger.Debug("write failed", "err", err)
 			s.close()
@@ -221,12 +339,21 @@ func (s *session) reply(cmd transport.Command) {
 // deadline loses its connection; a push cancelled because its dispatcher
 // stops leaves the connection alone.
 func (s *session) deliver(ctx context.Context, m *transport.Message) error {
+	size := messageSize(m)
+	if err := s.outBytes.take(ctx, size, s.done); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.close()
+		}
+		return err
+	}
 	select {
 	case s.msgs <- m:
 		return nil
 	case <-s.done:
-		return errors.New("connection closed")
+		s.outBytes.give(size)
+		return errSessionClosed
 	case <-ctx.Done():
+		s.outBytes.give(size)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			s.close()
 		}
@@ -426,7 +553,17 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "producer id %d is in use on this connection", c.ProducerID))
 		return
 	}
+	held := 0
+	for _, sp := range s.producers {
+		if sp.p != lp || sp.name != name { // a re-attach replaces its own
+			held++
+		}
+	}
 	s.mu.Unlock()
+	if limit := s.n.cfg.Limits.MaxProducersPerConnection; held >= limit {
+		s.replyErr(c.RequestID, wireError(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.n.cfg.NodeID))
+		return
+	}
 	if !lp.claimProducer(name, s) {
 		s.replyErr(c.RequestID, wireError(transport.CodeProducerBusy, msgProducerBusy, name))
 		return
@@ -446,7 +583,7 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	// log tail a new leader has not applied yet), and the producer would
 	// reuse their ids.
 	rid := c.RequestID
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	req := &sendReq{producer: name}
 	req.done = func(_ []uint64, err error) {
@@ -495,7 +632,7 @@ func (s *session) send(c *transport.Send) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	p.p.send(ctx, &sendReq{
 		producer: p.name,
@@ -568,13 +705,31 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
 		return
 	}
+	// Subscribes run concurrently: one id has one in flight at most.
+	if s.subscribing[c.ConsumerID] {
+		s.mu.Unlock()
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "a subscribe for consumer id %d is in progress on this connection", c.ConsumerID))
+		return
+	}
+	// Subscribes in flight count: they may all succeed.
+	if limit := s.n.cfg.Limits.MaxConsumersPerConnection; len(s.consumers)+len(s.subscribing) >= limit {
+		s.mu.Unlock()
+		s.replyErr(c.RequestID, wireError(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.n.cfg.NodeID))
+		return
+	}
+	s.subscribing[c.ConsumerID] = true
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.subscribing, c.ConsumerID)
+		s.mu.Unlock()
+	}()
 	if c.PriorityLevel < 0 {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
 		return
 	}
 	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	d, err := lp.subscribe(ctx, subscribeReq{
 		sub: c.Subscription, mode: c.Mode, initial: c.InitialPosition, keyShared: c.KeyShared,
@@ -682,7 +837,7 @@ func (s *session) seek(c *transport.Seek) {
 		s.reply(&transport.Success{RequestID: c.RequestID})
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	if _, err := sc.p.apply(ctx, entrySeek, seekEntry{Name: sc.sub, Offset: offset}); err != nil {
 		s.replyErr(c.RequestID, err)
@@ -702,7 +857,7 @@ func (s *session) unsubscribe(c *transport.Unsubscribe) {
 		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, msgUnsubscribeNotAlone))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	if _, err := sc.p.apply(ctx, entryDeleteSubscription, deleteSubscriptionEntry{Name: sc.sub}); err != nil {
 		s.replyErr(c.RequestID, err)
@@ -729,18 +884,22 @@ func (s *session) closeConsumer(c *transport.CloseConsumer) {
 		}
 		return
 	}
-	sc.p.detach(sc.sub, sc.c)
+	// The consumer is gone from the session, in order with its acks;
+	// leaving the subscription waits on Raft, off the ordered path. Its
+	// acks were queued on the ack path before: the empty ack after them
+	// commits with theirs.
 	rid := c.RequestID
-	// An empty ack goes through the ack path after this consumer's acks:
-	// its commit is theirs.
-	sc.p.ack(&ackReq{sub: sc.sub, done: func(err error) {
-		if rid == 0 {
-			return
-		}
-		if err != nil {
-			s.replyErr(rid, err)
-			return
-		}
-		s.reply(&transport.Success{RequestID: rid})
-	}})
+	s.release(func() {
+		sc.p.detach(sc.sub, sc.c)
+		sc.p.ack(&ackReq{sub: sc.sub, done: func(err error) {
+			if rid == 0 {
+				return
+			}
+			if err != nil {
+				s.replyErr(rid, err)
+				return
+			}
+			s.reply(&transport.Success{RequestID: rid})
+		}})
+	})
 }

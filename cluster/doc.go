@@ -20,6 +20,9 @@
 //     opens with a header naming its group ("FQRG", a version byte, the
 //     group id's length and the id); a bad header or an unknown group
 //     closes that connection and nothing else.
+//   - Acceptor: an accept loop's listener that retries failed accepts (out
+//     of descriptors) with a backoff and logs once per burst of failures;
+//     the Mux and the broker's client port both accept through one.
 //   - Layer: one group's share of a Mux, the raft.StreamLayer its
 //     NetworkTransport accepts and dials through.
 //   - Group: one Raft group on this node. OpenGroup, Bootstrap, Apply,

@@ -169,33 +169,17 @@ func checkGroupID(group string) error {
 
 func (m *Mux) serve() {
 	defer m.wg.Done()
-	var delay time.Duration
+	acc := NewAcceptor(m.ln, m.done, m.logger)
 	for {
-		c, err := m.ln.Accept()
+		c, err := acc.Accept()
 		if err != nil {
 			select {
 			case <-m.done:
-				return
 			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
 				m.logger.Error("raft listener closed under the mux", "error", err)
-				return
 			}
-			// Transient (out of file descriptors, ...): back off as
-			// net/http does, so as not to spin.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			m.logger.Warn("accept failed", "error", err, "retry_in", delay)
-			t := time.NewTimer(delay)
-			select {
-			case <-m.done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
+			return
 		}
-		delay = 0
 		select {
 		case m.sem <- struct{}{}:
 		case <-m.done:

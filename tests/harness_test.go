@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,11 +83,20 @@ func startNode(t testing.TB, id, dataDir string, extra ...string) *node {
 // launch starts fabriqd without waiting for it to be ready.
 func launch(t testing.TB, id, dataDir string, extra ...string) *node {
 	t.Helper()
+	return launchUnder(t, nil, id, dataDir, extra...)
+}
+
+// launchUnder is launch with fabriqd run by a wrapper command that execs
+// it (prlimit, for one), so that the process is fabriqd's own.
+func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...string) *node {
+	t.Helper()
 	args := append([]string{
 		"--node-id", id, "--data-dir", dataDir,
 		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-json",
 	}, extra...)
-	cmd := exec.Command(filepath.Join(bin, "fabriqd"), args...)
+	argv := append(slices.Clone(wrapper), filepath.Join(bin, "fabriqd"))
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

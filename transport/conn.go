@@ -272,14 +272,27 @@ func (c *Conn) Receive() (Command, error) {
 	return c.receive(context.Background())
 }
 
+// ReceiveSized is Receive that also returns the length of the command's
+// frame, without its 4-byte prefix: about the memory the decoded command
+// holds, for a reader that bounds what it queues by bytes.
+func (c *Conn) ReceiveSized() (Command, int, error) {
+	return c.receiveSized(context.Background())
+}
+
 // receive is Receive, bounded and interruptible by ctx as well.
 func (c *Conn) receive(ctx context.Context) (Command, error) {
+	cmd, _, err := c.receiveSized(ctx)
+	return cmd, err
+}
+
+// receiveSized is ReceiveSized, bounded and interruptible by ctx.
+func (c *Conn) receiveSized(ctx context.Context) (Command, int, error) {
 	if c.rerr != nil {
-		return nil, c.rerr
+		return nil, 0, c.rerr
 	}
 	if c.isClosed() {
 		c.rerr = ErrClosed
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	deadline := time.Now().Add(c.cfg.ReadIdleTimeout)
 	ctxDeadline, ok := ctx.Deadline()
@@ -289,7 +302,7 @@ func (c *Conn) receive(ctx context.Context) (Command, error) {
 	}
 	if err := c.nc.SetReadDeadline(deadline); err != nil {
 		c.rerr = c.readError(err)
-		return nil, c.rerr
+		return nil, 0, c.rerr
 	}
 	var stop func() bool
 	var interrupted chan struct{}
@@ -300,7 +313,7 @@ func (c *Conn) receive(ctx context.Context) (Command, error) {
 			close(interrupted)
 		})
 	}
-	cmd, err := ReadFrame(c.br, c.cfg.MaxFrameSize)
+	cmd, n, err := readFrame(c.br, c.cfg.MaxFrameSize)
 	if stop != nil && !stop() {
 		<-interrupted
 	}
@@ -309,9 +322,9 @@ func (c *Conn) receive(ctx context.Context) (Command, error) {
 			err = fmt.Errorf("transport: receive: %w", cerr)
 		}
 		c.rerr = c.readError(err)
-		return nil, c.rerr
+		return nil, 0, c.rerr
 	}
-	return cmd, nil
+	return cmd, n, nil
 }
 
 // readError makes a read error on a closed Conn match ErrClosed.

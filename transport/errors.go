@@ -35,6 +35,7 @@ const (
 	// Send is stored or acknowledged; resending the same ids is refused
 	// again.
 	CodeOutOfOrderSequence
+	CodeLimitExceeded // a node's limit (connections, producers, consumers, subscriptions) is reached
 )
 
 var codeNames = map[ErrorCode]string{
@@ -59,6 +60,7 @@ var codeNames = map[ErrorCode]string{
 	CodeConsumerNotFound:     "ConsumerNotFound",
 	CodeClosed:               "Closed",
 	CodeOutOfOrderSequence:   "OutOfOrderSequence",
+	CodeLimitExceeded:        "LimitExceeded",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.

@@ -233,6 +233,13 @@ func putBuffer(bp *[]byte) {
 // io.ErrUnexpectedEOF); a frame above maxSize is a *FrameSizeError; a frame
 // that is not a valid command matches ErrMalformed.
 func ReadFrame(r io.Reader, maxSize int) (Command, error) {
+	cmd, _, err := readFrame(r, maxSize)
+	return cmd, err
+}
+
+// readFrame is ReadFrame that also returns the frame's length (without
+// the prefix).
+func readFrame(r io.Reader, maxSize int) (Command, int, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxFrameSize
 	}
@@ -241,23 +248,24 @@ func ReadFrame(r io.Reader, maxSize int) (Command, error) {
 	hdr := (*bp)[:headerSize]
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		if err == io.EOF {
-			return nil, io.EOF
+			return nil, 0, io.EOF
 		}
-		return nil, fmt.Errorf("transport: read frame header: %w", err)
+		return nil, 0, fmt.Errorf("transport: read frame header: %w", err)
 	}
 	n := binary.BigEndian.Uint32(hdr)
 	if n == 0 {
-		return nil, fmt.Errorf("%w: zero length", ErrMalformed)
+		return nil, 0, fmt.Errorf("%w: zero length", ErrMalformed)
 	}
 	if uint64(n) > uint64(maxSize) {
-		return nil, &FrameSizeError{Size: int64(n), Max: int64(maxSize)}
+		return nil, 0, &FrameSizeError{Size: int64(n), Max: int64(maxSize)}
 	}
 	body, err := readBody(r, (*bp)[:0], int(n))
 	*bp = body
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return decode(body)
+	cmd, err := decode(body)
+	return cmd, int(n), err
 }
 
 // readBody reads n bytes into buf, growing it as the bytes arrive rather

@@ -46,6 +46,7 @@ type options struct {
 	replaceDead     time.Duration
 	raftHeartbeat   time.Duration
 	subs            broker.SubscriptionLimits
+	limits          broker.ClientLimits
 	logLevel        string
 	logJSON         bool
 }
@@ -92,6 +93,13 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.IntVar(&o.subs.MaxUnackedPerSubscription, "max-unacked-per-subscription", d.MaxUnackedPerSubscription, "a subscription holding this many unacked messages stops until half are acked")
 	f.IntVar(&o.subs.LookAheadPerConsumer, "key-shared-look-ahead-per-consumer", d.LookAheadPerConsumer, "key_shared messages read past blocked keys, per consumer")
 	f.IntVar(&o.subs.LookAheadPerSubscription, "key-shared-look-ahead-per-subscription", d.LookAheadPerSubscription, "key_shared messages read past blocked keys, per subscription at most")
+	l := broker.DefaultClientLimits()
+	f.IntVar(&o.limits.MaxConnections, "max-connections", l.MaxConnections, "client connections the node serves at most; more are refused with LimitExceeded (keep the process's descriptor limit, ulimit -n, above it)")
+	f.IntVar(&o.limits.MaxConnectionsPerAddress, "max-connections-per-address", l.MaxConnectionsPerAddress, "client connections from one IP address at most; more are refused with LimitExceeded")
+	f.IntVar(&o.limits.MaxProducersPerConnection, "max-producers-per-connection", l.MaxProducersPerConnection, "producers one connection may hold (one per partition it writes on this node)")
+	f.IntVar(&o.limits.MaxConsumersPerConnection, "max-consumers-per-connection", l.MaxConsumersPerConnection, "consumers one connection may hold (one per partition it reads on this node)")
+	f.IntVar(&o.limits.MaxSubscriptionsPerPartition, "max-subscriptions-per-partition", l.MaxSubscriptionsPerPartition, "durable subscriptions a partition may have; a subscribe that would create one more is refused with LimitExceeded")
+	f.IntVar(&o.limits.MaxQueuedBytesPerConnection, "max-queued-bytes-per-connection", l.MaxQueuedBytesPerConnection, "bytes one connection may hold in memory each way (plus one frame): frames read and not yet served, past which the node stops reading it, and messages queued for its consumers and not yet written")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
 	cmd.SetOut(stdout)
@@ -127,6 +135,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		ReplaceDeadAfter: o.replaceDead,
 		Raft:             broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
 		Subscriptions:    o.subs,
+		Limits:           o.limits,
 		Version:          version,
 		Logger:           logger,
 	})

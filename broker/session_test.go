@@ -1,0 +1,163 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// Requests that wait do not stall their connection: while subscribes
+// wait for the exclusive holders they probe (EX-2: a silent one, which
+// takes the probe's whole timeout), the same connection's Ping is
+// answered and its other requests — sends, a listing, a subscribe that
+// does not wait — are served. And a busy holder with such requests in
+// flight answers its own probe: a newcomer to what it holds is refused,
+// not given its place.
+func TestSlowRequestsDoNotStallConnection(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	busy, err := dialRaw(ctx, t, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stream = "persistent://acme/prod/waits"
+	part := func(i int) string { return fmt.Sprintf("%s-partition-%d", stream, i) }
+	if res := request(ctx, t, busy, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 4, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
+		t.Fatalf("create stream: %#v", res)
+	}
+	// Three silent clients hold the exclusive subscriptions of
+	// partitions 0 to 2, then read nothing and answer no ping.
+	for i := range 3 {
+		silent, err := dialRaw(ctx, t, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := request(ctx, t, silent, &transport.Subscribe{RequestID: uint64(2 + i), ConsumerID: uint64(1 + i), Stream: part(i), Subscription: "held", ConsumerName: "silent"}); fmt.Sprintf("%T", res) != "*transport.SubscribeReady" {
+			t.Fatalf("silent subscribe: %#v", res)
+		}
+	}
+	// The busy client holds partition 3's and has a producer there.
+	if res := request(ctx, t, busy, &transport.Subscribe{RequestID: 5, ConsumerID: 1, Stream: part(3), Subscription: "mine", ConsumerName: "busy"}); fmt.Sprintf("%T", res) != "*transport.SubscribeReady" {
+		t.Fatalf("busy subscribe: %#v", res)
+	}
+	if res := request(ctx, t, busy, &transport.CreateProducer{RequestID: 6, ProducerID: 1, Stream: part(3)}); fmt.Sprintf("%T", res) != "*transport.ProducerReady" {
+		t.Fatalf("create producer: %#v", res)
+	}
+
+	// The slow requests: subscribes that probe the silent holder, each
+	// for the probe's whole timeout. Then the rest, with 16 MiB of sends.
+	start := time.Now()
+	got := answers(ctx, busy)
+	cmds := []transport.Command{&transport.Ping{}}
+	for i := range 3 {
+		cmds = append(cmds, &transport.Subscribe{RequestID: uint64(10 + i), ConsumerID: uint64(2 + i), Stream: part(i), Subscription: "held", ConsumerName: "newcomer"})
+	}
+	const sends = 4
+	for i := range sends {
+		cmds = append(cmds, &transport.Send{ProducerID: 1, Messages: []transport.MessageData{{SequenceID: uint64(i), Payload: make([]byte, 4<<20)}}})
+	}
+	cmds = append(cmds,
+		&transport.ListStreams{RequestID: 20, Fabric: "acme/prod"},
+		&transport.Subscribe{RequestID: 21, ConsumerID: 9, Stream: part(0), Subscription: "other", Mode: transport.Shared},
+	)
+	for _, cmd := range cmds {
+		if err := busy.Send(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Meanwhile a newcomer asks for what the busy client holds: the busy
+	// client's connection must answer the probe.
+	newcomer, err := dialRaw(ctx, t, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newcomer.Send(ctx, &transport.Subscribe{RequestID: 30, ConsumerID: 1, Stream: part(3), Subscription: "mine", ConsumerName: "intruder"}); err != nil {
+		t.Fatal(err)
+	}
+	newcomerAnswer := answers(ctx, newcomer)
+
+	// Everything but the slow subscribes is answered before them.
+	var order []string
+	for len(order) < len(cmds) {
+		var res transport.Command
+		select {
+		case res = <-got:
+		case <-ctx.Done():
+			t.Fatalf("answers so far: %v", order)
+		}
+		switch r := res.(type) {
+		case *transport.Pong:
+			order = append(order, "pong")
+		case *transport.SendReceipt:
+			order = append(order, fmt.Sprint("receipt ", r.SequenceID))
+		case *transport.ListStreamsResult:
+			order = append(order, "list")
+		case *transport.SubscribeReady:
+			order = append(order, fmt.Sprint("subscribed ", r.RequestID))
+		case *transport.Error:
+			if r.Code == transport.CodeClosed && r.RequestID == 0 {
+				t.Fatalf("the busy client's connection was closed after the answers %v (%v): it missed a probe and was dropped", order, r.Message)
+			}
+			if r.RequestID < 10 || r.RequestID > 12 {
+				t.Fatalf("unexpected answer %#v after %v", res, order)
+			}
+			// A slow subscribe may be refused (a holder away in the
+			// reconnect grace): it was answered.
+			order = append(order, fmt.Sprint("refused ", r.RequestID))
+		default:
+			t.Fatalf("unexpected answer %#v after %v", res, order)
+		}
+	}
+	t.Logf("answers %v; the slow subscribes took %v", order, time.Since(start).Round(time.Millisecond))
+	firstSlow := slices.IndexFunc(order, func(a string) bool {
+		return strings.HasSuffix(a, " 10") || strings.HasSuffix(a, " 11") || strings.HasSuffix(a, " 12")
+	})
+	for _, quick := range []string{"pong", "list", "subscribed 21"} {
+		if i := slices.Index(order, quick); i < 0 || i > firstSlow {
+			t.Fatalf("answers came in the order %v: %s waited for the slow subscribes", order, quick)
+		}
+	}
+	select {
+	case res := <-newcomerAnswer:
+		if e, ok := res.(*transport.Error); !ok || e.Code != transport.CodeConsumerBusy || e.RequestID != 30 {
+			t.Fatalf("a newcomer to what the busy client holds got %#v: the busy holder was replaced", res)
+		}
+	case <-ctx.Done():
+		t.Fatal("the newcomer got no answer")
+	}
+}
+
+// answers reads a connection in a goroutine, answering its Pings, and
+// passes on every other frame; a read error ends it, passed on as an
+// Error frame of CodeClosed.
+func answers(ctx context.Context, c *transport.Conn) <-chan transport.Command {
+	out := make(chan transport.Command, 16)
+	go func() {
+		for {
+			res, err := c.Receive()
+			if err != nil {
+				select {
+				case out <- &transport.Error{Code: transport.CodeClosed, Message: err.Error()}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			if _, ok := res.(*transport.Ping); ok {
+				c.Send(ctx, &transport.Pong{})
+				continue
+			}
+			select {
+			case out <- res:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
