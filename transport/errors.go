@@ -28,6 +28,7 @@ const (
 	CodeProducerNotFound                          // no such producer on this connection
 	CodeConsumerNotFound                          // no such consumer on this connection
 	CodeClosed                                    // the producer, consumer or connection is closed
+	CodeDiskFull                                  // the partition leader's disk is below its free-space reserve; retry later
 )
 
 var codeNames = map[ErrorCode]string{
@@ -51,6 +52,7 @@ var codeNames = map[ErrorCode]string{
 	CodeProducerNotFound:     "ProducerNotFound",
 	CodeConsumerNotFound:     "ConsumerNotFound",
 	CodeClosed:               "Closed",
+	CodeDiskFull:             "DiskFull",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.
