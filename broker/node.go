@@ -38,6 +38,8 @@ type Node struct {
 
 	// gossip is nil when the node runs without membership (no GossipAddr).
 	gossip gossip
+	// disk keeps the free-space reserve; nil when it is turned off.
+	disk *diskReserve
 
 	reconcileCh chan struct{}
 	// majorityLost remembers the partitions already reported as beyond
@@ -92,6 +94,7 @@ func NewNode(cfg Config) (*Node, error) {
 		retired:      map[string]*localPartition{},
 		sessions:     map[*session]struct{}{},
 		changed:      make(chan struct{}),
+		disk:         newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
 }
 
@@ -101,6 +104,9 @@ func NewNode(cfg Config) (*Node, error) {
 func (n *Node) Start(ctx context.Context) error {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("broker: %w", err)
+	}
+	if err := n.disk.refresh(); err != nil {
+		return err
 	}
 	var err error
 	if n.raftLn, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
@@ -159,13 +165,34 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return err
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.diskLoop()
 	go n.catchUpLoop()
 	go n.reconcileLoop()
 	go n.acceptLoop()
 	go n.balanceLoop()
 	n.requestReconcile()
 	return nil
+}
+
+// diskLoop reads the free space of the data directory every
+// diskCheckEvery, so that sends are refused below the reserve and accepted
+// again once space is freed.
+func (n *Node) diskLoop() {
+	defer n.wg.Done()
+	if n.disk == nil {
+		return
+	}
+	t := time.NewTicker(diskCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			_ = n.disk.refresh() // a failure is logged once and keeps the last reading
+		}
+	}
 }
 
 // waitRegistered waits until the metadata group has a leader and this
@@ -666,6 +693,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		}
 		n.requestReconcile() // a new leader checks the replicas
 	}
+	p.disk = n.disk
 	target.Store(p)
 	if retired {
 		p.stopAccepting() // serves nobody: its loops never start

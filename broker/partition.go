@@ -104,6 +104,9 @@ type partition struct {
 	// onLeadership is told every leadership change (the node announces
 	// it to the cluster); it must not block. May be nil.
 	onLeadership func(cluster.Leadership)
+	// disk is the node's free-space reserve, checked before a send is
+	// proposed; nil admits every send.
+	disk *diskReserve
 
 	sends    chan *sendReq
 	acks     chan *ackReq
@@ -285,6 +288,14 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 	if r.size > p.cfg.MaxEntryBytes {
 		r.done(nil, wireError(transport.CodeTooLarge, "a send of about %d bytes, stored, is above the limit of %d", r.size, p.cfg.MaxEntryBytes))
 		return
+	}
+	// Refused before it is proposed: once committed, every replica must
+	// store it. A producer opening stores nothing and goes on.
+	if len(r.msgs) > 0 {
+		if err := p.disk.admit(r.size); err != nil {
+			r.done(nil, err)
+			return
+		}
 	}
 	select {
 	case p.sends <- r:
