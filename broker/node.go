@@ -62,8 +62,18 @@ type Node struct {
 	// their group, retired (retirePartition), until it removes them.
 	retired  map[string]*localPartition
 	sessions map[*session]struct{}
-	changed  chan struct{} // closed and replaced when partitions change
-	closed   bool
+	// halted holds the partitions whose state machine stopped on this
+	// node (haltPartition): they stay closed until the node restarts.
+	halted  map[string]*haltedCopy
+	changed chan struct{} // closed and replaced when partitions change
+	closed  bool
+}
+
+// haltedCopy is a partition whose state machine stopped on this node.
+type haltedCopy struct {
+	fsm  *fsm
+	err  error
+	done chan struct{} // closed once the copy is closed
 }
 
 // localPartition is a partition this node runs, with what it owns.
@@ -93,6 +103,7 @@ func NewNode(cfg Config) (*Node, error) {
 		partitions:   map[string]*localPartition{},
 		retired:      map[string]*localPartition{},
 		sessions:     map[*session]struct{}{},
+		halted:       map[string]*haltedCopy{},
 		changed:      make(chan struct{}),
 		disk:         newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
@@ -382,7 +393,24 @@ func (n *Node) reconcile() {
 	for name := range n.partitions {
 		have[name] = true
 	}
+	// A halted copy stays closed until the node restarts; a deleted
+	// stream's goes with its data.
+	var gone []string
+	for name, h := range n.halted {
+		have[name] = true
+		select {
+		case <-h.done:
+			if n.replicasOf(name) == nil {
+				delete(n.halted, name)
+				gone = append(gone, name)
+			}
+		default: // still closing: the next pass looks again
+		}
+	}
 	n.mu.Unlock()
+	for _, name := range gone {
+		n.removePartitionData(name)
+	}
 	for _, lp := range retire {
 		n.retirePartition(lp)
 	}
@@ -649,6 +677,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 			p.onApplied(next, data)
 		}
 	})
+	f.halted = func(err error) { n.haltPartition(name, f, err) }
 	pcfg := defaultPartitionConfig()
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
@@ -708,14 +737,56 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 // whether it kept it.
 func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 	n.mu.Lock()
-	if n.closed {
+	if h := n.halted[lp.name]; n.closed || (h != nil && h.fsm == lp.fsm) {
+		// Closed, or halted while it opened (haltPartition).
 		n.mu.Unlock()
 		n.closePartition(lp, false)
+		if h != nil && h.fsm == lp.fsm {
+			close(h.done)
+		}
 		return false
 	}
 	into[lp.name] = lp
 	n.mu.Unlock()
 	return true
+}
+
+// haltPartition closes, on this node only, a partition whose state
+// machine stopped because its log could not take a committed entry (a
+// full disk). The group's other members keep their majority and go on;
+// this copy stays closed until the node restarts, when it replays from
+// Raft what it could not append and catches up. Called from Raft's
+// goroutine, it must not block: the group is closed by a goroutine of the
+// node.
+func (n *Node) haltPartition(name string, f *fsm, err error) {
+	n.mu.Lock()
+	if n.closed || n.halted[name] != nil {
+		n.mu.Unlock()
+		return
+	}
+	h := &haltedCopy{fsm: f, err: err, done: make(chan struct{})}
+	n.halted[name] = h
+	var lp *localPartition
+	for _, m := range []map[string]*localPartition{n.partitions, n.retired} {
+		if c := m[name]; c != nil && c.fsm == f {
+			lp = c
+			delete(m, name)
+		}
+	}
+	if lp != nil {
+		n.wg.Add(1)
+	}
+	n.mu.Unlock()
+	n.logger.Error("partition stopped on this node: its log cannot store a committed entry; the other replicas go on without this one; free disk space and restart the node, and it catches up from Raft",
+		"partition", name, "err", err)
+	if lp == nil {
+		return // still opening: keep closes it
+	}
+	go func() {
+		defer n.wg.Done()
+		defer close(h.done)
+		n.closePartition(lp, false)
+	}()
 }
 
 // closePartition stops a partition; with remove its data goes too.
@@ -729,12 +800,17 @@ func (n *Node) closePartition(lp *localPartition, remove bool) {
 		n.logger.Warn("closing partition log", "partition", lp.name, "err", err)
 	}
 	if remove {
-		dir := n.partitionDir(lp.name)
-		retired, _ := filepath.Glob(dir + "@*")
-		for _, d := range append(retired, dir) {
-			if err := os.RemoveAll(d); err != nil {
-				n.logger.Warn("removing partition data", "partition", lp.name, "dir", d, "err", err)
-			}
+		n.removePartitionData(lp.name)
+	}
+}
+
+// removePartitionData removes a partition's data and its copies set aside.
+func (n *Node) removePartitionData(name string) {
+	dir := n.partitionDir(name)
+	retired, _ := filepath.Glob(dir + "@*")
+	for _, d := range append(retired, dir) {
+		if err := os.RemoveAll(d); err != nil {
+			n.logger.Warn("removing partition data", "partition", name, "dir", d, "err", err)
 		}
 	}
 }

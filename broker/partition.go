@@ -411,6 +411,9 @@ func (p *partition) commitLoop() {
 		err := in.future.Error()
 		var results []sendResult
 		if err == nil {
+			err = haltedError(in.future.Response())
+		}
+		if err == nil {
 			results, _ = in.future.Response().([]sendResult)
 			if len(results) != len(in.reqs) {
 				err = fmt.Errorf("state machine answered %d results for %d batches", len(results), len(in.reqs))
@@ -447,6 +450,10 @@ func (p *partition) raftError(err error) error {
 		return wireError(transport.CodeTimeout, "the partition's Raft group did not commit in time")
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, cluster.ErrClosed):
 		return errStopping
+	case errors.Is(err, errHalted):
+		// Committed, and stored by the other replicas: a retry finds it
+		// there, deduplicated.
+		return wireError(transport.CodeServiceNotReady, "partition %s stopped on this node (%v); its other replicas take over", p.name, err)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
@@ -518,6 +525,9 @@ func (p *partition) ackLoop() {
 			res, err = p.group.Apply(ctx, data)
 			cancel()
 		}
+		if err == nil {
+			err = haltedError(res)
+		}
 		if err != nil {
 			err = p.raftError(err)
 		}
@@ -546,10 +556,22 @@ func (p *partition) apply(ctx context.Context, t entryType, body any) (any, erro
 		return nil, err
 	}
 	res, err := p.group.Apply(ctx, data)
+	if err == nil {
+		err = haltedError(res)
+	}
 	if err != nil {
 		return nil, p.raftError(err)
 	}
 	return res, nil
+}
+
+// haltedError returns the state machine's answer when it is that it has
+// stopped (errHalted), nil otherwise.
+func haltedError(res any) error {
+	if err, ok := res.(error); ok && errors.Is(err, errHalted) {
+		return err
+	}
+	return nil
 }
 
 // dispatcherOf returns a subscription's dispatcher, nil if none runs.
