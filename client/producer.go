@@ -212,7 +212,8 @@ type pendingBatch struct {
 	first  uint64
 	msgs   []*pendingMsg
 	frame  []transport.MessageData
-	sentAt time.Time
+	sentAt time.Time // last sent
+	queued time.Time // first flushed
 }
 
 // partitionProducer is a producer on one partition.
@@ -243,6 +244,10 @@ type partitionProducer struct {
 	inflight   []*pendingBatch
 	idle       chan struct{} // closed when nothing is in flight
 	closed     bool
+	// fullRefusals counts the DiskFull refusals since the last receipt;
+	// refusal is the last one, given with ErrSendTimeout meanwhile.
+	fullRefusals int
+	refusal      error
 }
 
 func newPartitionProducer(p *Producer, partition string, index int) *partitionProducer {
@@ -330,6 +335,20 @@ func (pp *partitionProducer) loop() {
 			pp.mu.Unlock()
 			if stale {
 				continue
+			}
+			pp.mu.Lock()
+			full, refusal := pp.fullRefusals, pp.refusal
+			pp.mu.Unlock()
+			if full > 0 {
+				// The leader refused a send for lack of disk space: ask
+				// again later, with what is in flight, in order.
+				if full == 1 {
+					pp.p.c.logger.Warn("the partition leader refuses sends for lack of disk space; resending with backoff until the send timeout", "partition", pp.partition, "err", refusal)
+				}
+				if diskFullBackoff(stopCtx, full-1) != nil {
+					return
+				}
+				pp.expire()
 			}
 			for n := 0; ; n++ {
 				ctx, cancelOp := context.WithTimeout(stopCtx, pp.p.c.opts.OperationTimeout)
@@ -431,7 +450,7 @@ func (pp *partitionProducer) flushLocked() {
 	}
 	for _, key := range pp.batchKeys {
 		msgs := pp.batch[key]
-		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs))}
+		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs)), queued: time.Now()}
 		for i, m := range msgs {
 			m.data.SequenceID = pp.seq
 			pp.seq++
@@ -470,6 +489,7 @@ func (pp *partitionProducer) receipt(x *cnx, r *transport.SendReceipt) {
 	}
 	b := pp.inflight[0]
 	pp.inflight = pp.inflight[1:]
+	pp.fullRefusals, pp.refusal = 0, nil
 	pp.idleCheckLocked()
 	pp.mu.Unlock()
 	for i, m := range b.msgs {
@@ -486,6 +506,20 @@ func (pp *partitionProducer) receipt(x *cnx, r *transport.SendReceipt) {
 // resends; anything else fails the batch.
 func (pp *partitionProducer) sendError(x *cnx, e *transport.SendError) {
 	err := &transport.Error{Code: e.Code, Message: e.Message, LeaderHint: e.LeaderHint}
+	if e.Code == transport.CodeDiskFull {
+		// The broker refuses this producer's later sends as well, so
+		// that none is stored ahead of this one: open it again after a
+		// backoff and resend everything in flight, in order.
+		pp.mu.Lock()
+		if pp.x == x {
+			pp.fullRefusals++
+			pp.refusal = err
+		}
+		pp.mu.Unlock()
+		x.removeProducer(pp.idOf(x))
+		pp.connectionLost(x)
+		return
+	}
 	if retryable(err) {
 		x.removeProducer(pp.idOf(x))
 		pp.connectionLost(x)
@@ -535,14 +569,21 @@ func (pp *partitionProducer) expire() {
 	}
 	pp.mu.Lock()
 	var expired []*pendingBatch
-	for len(pp.inflight) > 0 && time.Since(pp.inflight[0].sentAt) > timeout {
+	// Resent batches count from their last send; while the leader
+	// refuses them for lack of disk space, from when they were queued.
+	for len(pp.inflight) > 0 && (time.Since(pp.inflight[0].sentAt) > timeout ||
+		pp.refusal != nil && time.Since(pp.inflight[0].queued) > timeout) {
 		expired = append(expired, pp.inflight[0])
 		pp.inflight = pp.inflight[1:]
+	}
+	err := ErrSendTimeout
+	if pp.refusal != nil {
+		err = fmt.Errorf("%w: %w (%v)", ErrSendTimeout, ErrDiskFull, pp.refusal)
 	}
 	pp.idleCheckLocked()
 	pp.mu.Unlock()
 	for _, b := range expired {
-		pp.fail(b, ErrSendTimeout)
+		pp.fail(b, err)
 	}
 }
 
