@@ -11,8 +11,11 @@
 // partition's leader; producers and consumers follow NotLeader hints and
 // reconnect with backoff when a connection drops. A producer numbers its
 // messages and resends what was in flight after a reconnect with the same
-// sequence ids, so the broker drops duplicates. Every blocking call takes
-// a context and returns when it ends.
+// sequence ids, so the broker drops duplicates. A send refused because
+// the partition leader is short of disk space (DiskFull) is resent the
+// same way, in order, with a backoff, until ProducerOptions.SendTimeout:
+// then it fails with an error matching ErrSendTimeout and ErrDiskFull.
+// Every blocking call takes a context and returns when it ends.
 //
 // The package speaks the transport protocol and knows stream names
 // (geofabric); it knows nothing of Raft or of how the broker stores
