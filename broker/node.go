@@ -72,7 +72,6 @@ type Node struct {
 // haltedCopy is a partition whose state machine stopped on this node.
 type haltedCopy struct {
 	fsm  *fsm
-	err  error
 	done chan struct{} // closed once the copy is closed
 }
 
@@ -733,17 +732,20 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 }
 
 // keep records a partition just opened in into (n.partitions or
-// n.retired), or closes it if the node has closed meanwhile; it reports
-// whether it kept it.
+// n.retired), or closes it if the node has closed meanwhile, or if its
+// state machine stopped while it opened (haltPartition); it reports false
+// when the node has closed.
 func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 	n.mu.Lock()
-	if h := n.halted[lp.name]; n.closed || (h != nil && h.fsm == lp.fsm) {
-		// Closed, or halted while it opened (haltPartition).
+	if h := n.halted[lp.name]; h != nil && h.fsm == lp.fsm {
 		n.mu.Unlock()
 		n.closePartition(lp, false)
-		if h != nil && h.fsm == lp.fsm {
-			close(h.done)
-		}
+		close(h.done)
+		return true
+	}
+	if n.closed {
+		n.mu.Unlock()
+		n.closePartition(lp, false)
 		return false
 	}
 	into[lp.name] = lp
@@ -764,7 +766,7 @@ func (n *Node) haltPartition(name string, f *fsm, err error) {
 		n.mu.Unlock()
 		return
 	}
-	h := &haltedCopy{fsm: f, err: err, done: make(chan struct{})}
+	h := &haltedCopy{fsm: f, done: make(chan struct{})}
 	n.halted[name] = h
 	var lp *localPartition
 	for _, m := range []map[string]*localPartition{n.partitions, n.retired} {
