@@ -311,19 +311,26 @@ func moveOnto(t *testing.T, dir string, size int64) *smallDisk {
 	return d
 }
 
-// A follower whose partition log fills its file system (nothing checks a
-// follower's reserve: it cannot refuse what its group committed) neither
-// panics nor loops: its log cannot append a committed entry, so its copy
-// of the partition stops, with one log line, while the leader and the
-// other follower go on acknowledging, and the node keeps answering
-// clients. Restarted without space it stops the same way again, instead
-// of crash-looping on the replay; given space and restarted, it catches up
-// from Raft and holds the same log as the others.
+// A replica whose partition log fills its file system neither panics nor
+// loops: its log cannot append a committed entry, so its copy of the
+// partition stops, with one log line, while the two others go on
+// acknowledging, and the node keeps answering clients. Restarted without
+// space it stops the same way again, instead of crash-looping on the
+// replay; given space and restarted, it catches up from Raft and holds the
+// same log as the others.
 //
-// The follower's log is moved onto a 4 MiB tmpfs of its own, its Raft
-// store staying on the larger disk: so the log, not the Raft store, is
-// the one that runs out.
-func TestFollowerOutOfSpaceCatchesUp(t *testing.T) {
+// The replica's log is moved onto a 4 MiB tmpfs of its own, its Raft store
+// and the reserve's data directory staying on the larger disk: so the log,
+// not the Raft store, is the one that runs out, and nothing refuses the
+// sends before. A follower cannot refuse what its group committed; a
+// leader whose own append fails answers its senders ServiceNotReady, and
+// their retries find the entry on the new leader, deduplicated.
+func TestReplicaOutOfSpaceCatchesUp(t *testing.T) {
+	t.Run("follower", func(t *testing.T) { testReplicaOutOfSpace(t, false) })
+	t.Run("leader", func(t *testing.T) { testReplicaOutOfSpace(t, true) })
+}
+
+func testReplicaOutOfSpace(t *testing.T, leads bool) {
 	root := t.TempDir()
 	disks := make([]*smallDisk, 3)
 	dirs := make([]string, 3)
@@ -333,7 +340,7 @@ func TestFollowerOutOfSpaceCatchesUp(t *testing.T) {
 	}
 	nodes := startClusterIn(t, dirs, "--min-free-disk", "16MiB")
 	ctx := testContext(t, 4*time.Minute)
-	const stream = "persistent://acme/prod/follower-full"
+	const stream = "persistent://acme/prod/replica-full"
 	c := newClient(t, clusterURL(nodes))
 	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
 		t.Fatal(err)
@@ -369,8 +376,21 @@ func TestFollowerOutOfSpaceCatchesUp(t *testing.T) {
 	logDisk := moveOnto(t, findLogDir(t, victim.dir), 4<<20)
 	victim.restart(t)
 	waitIdentical(ctx, t, nodes, stream)
+	// To make the victim lead, restart the leader (it hands its
+	// leadership over as it stops) until the victim gets it.
+	for try := 0; leads && leaderOf(ctx, t, c, stream) != victim.id; try++ {
+		if try == 8 {
+			t.Fatalf("%s did not get the leadership in %d restarts of the leader", victim.id, try)
+		}
+		l := byID(nodes, leaderOf(ctx, t, c, stream))
+		if err := l.stop(); err != nil {
+			t.Fatal(err)
+		}
+		l.restart(t)
+		waitIdentical(ctx, t, nodes, stream)
+	}
 
-	// 8 MiB of messages: far more than the follower's log has room for,
+	// 8 MiB of messages: far more than the victim's log has room for,
 	// far less than the reserve of the others allows.
 	for round := range 20 {
 		send(fmt.Sprint("short", round), 100)
@@ -384,41 +404,45 @@ func TestFollowerOutOfSpaceCatchesUp(t *testing.T) {
 			return false
 		}
 	}
-	eventually(ctx, t, "the follower's copy to stop", func() bool { return stops() > 0 || exited() })
+	eventually(ctx, t, "the victim's copy to stop", func() bool { return stops() > 0 || exited() })
 	if exited() {
-		t.Fatalf("follower %s exited when its log filled up:\n%s", victim.id, tail(victim.logs.String(), 30))
+		t.Fatalf("replica %s exited when its log filled up:\n%s", victim.id, tail(victim.logs.String(), 30))
 	}
-	// More sends: the stopped copy neither logs again nor comes back.
+	// More sends: the stopped copy neither logs again nor comes back,
+	// and another replica leads.
 	send("stopped", 200)
-	if n := stops(); n != 1 {
-		t.Errorf("follower %s logged %d times that it stopped the partition, want once", victim.id, n)
+	if l := leaderOf(ctx, t, c, stream); l == victim.id {
+		t.Errorf("replica %s still leads the partition it stopped", victim.id)
 	}
-	t.Logf("follower %s: its log has %d KiB free; %d messages acknowledged", victim.id, logDisk.free(t)>>10, len(acked))
+	if n := stops(); n != 1 {
+		t.Errorf("replica %s logged %d times that it stopped the partition, want once", victim.id, n)
+	}
+	t.Logf("replica %s: its log has %d KiB free; %d messages acknowledged", victim.id, logDisk.free(t)>>10, len(acked))
 	// The node still answers clients, and reads through it go on.
 	vc := newClient(t, victim.url())
 	if _, err := vc.ClusterStatus(ctx); err != nil {
-		t.Fatalf("follower %s with a full disk does not answer: %v", victim.id, err)
+		t.Fatalf("replica %s with a full disk does not answer: %v", victim.id, err)
 	}
 	readAs(ctx, t, vc, stream, "through-full-node", acked)
 
 	// Restarted without space, it replays what it could not append,
 	// stops again, once, and keeps running: no crash loop.
 	if err := victim.stop(); err != nil {
-		t.Fatalf("stopping follower %s: %v", victim.id, err)
+		t.Fatalf("stopping replica %s: %v", victim.id, err)
 	}
 	victim.restart(t)
-	eventually(ctx, t, "the restarted follower's copy to stop", func() bool { return stops() > 0 || exited() })
+	eventually(ctx, t, "the restarted victim's copy to stop", func() bool { return stops() > 0 || exited() })
 	if exited() {
-		t.Fatalf("follower %s, restarted with a full log, exited:\n%s", victim.id, tail(victim.logs.String(), 30))
+		t.Fatalf("replica %s, restarted with a full log, exited:\n%s", victim.id, tail(victim.logs.String(), 30))
 	}
 	send("restarted-full", 100)
 	if n := stops(); n != 1 || exited() {
-		t.Errorf("follower %s restarted with a full log: logged %d stops (want 1), exited %v", victim.id, n, exited())
+		t.Errorf("replica %s restarted with a full log: logged %d stops (want 1), exited %v", victim.id, n, exited())
 	}
 
 	// An operator gives the log room and restarts the node.
 	if err := victim.stop(); err != nil {
-		t.Fatalf("stopping follower %s: %v", victim.id, err)
+		t.Fatalf("stopping replica %s: %v", victim.id, err)
 	}
 	if err := unix.Mount("tmpfs", logDisk.dir, "tmpfs", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, "size=64m"); err != nil {
 		t.Fatalf("growing the log's tmpfs: %v", err)
@@ -429,6 +453,6 @@ func TestFollowerOutOfSpaceCatchesUp(t *testing.T) {
 	waitIdentical(ctx, t, nodes, stream)
 	readAll(ctx, t, c, stream, acked)
 	if n := stops(); n != 0 {
-		t.Errorf("follower %s stopped the partition again after it was given space", victim.id)
+		t.Errorf("replica %s stopped the partition again after it was given space", victim.id)
 	}
 }
