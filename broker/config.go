@@ -48,6 +48,13 @@ type Config struct {
 	BootstrapExpect int
 	// MaxMessageBytes refuses larger messages. Default 5 MiB.
 	MaxMessageBytes int
+	// MinFreeDisk is the free space, in bytes, that the file system of
+	// DataDir keeps in reserve: below it a partition leader refuses sends
+	// with DiskFull, while acks, subscriptions and metadata changes go on
+	// using the reserve. Default DefaultMinFreeDisk; negative turns the
+	// reserve off (an append that then fails stops the partition on this
+	// node, see DESIGN.md).
+	MinFreeDisk int64
 	// Raft tunes every Raft group of the node.
 	Raft RaftTimings
 	// Subscriptions tunes subscriptions; zero fields take their defaults.
@@ -221,6 +228,18 @@ func (l SubscriptionLimits) withDefaults() SubscriptionLimits {
 	return l
 }
 
+// DefaultMinFreeDisk is the default free-space reserve, 1 GiB. It is a
+// size, not a share of the disk: what the reserve has to hold does not
+// grow with the disk. It holds the acks and subscription changes that go
+// on while sends are refused, the metadata group's entries, the Raft
+// stores' growth (bolt grows its file in steps of 16 MiB) and snapshots,
+// with room to spare for an operator or retention to act.
+const DefaultMinFreeDisk = 1 << 30
+
+// minMinFreeDisk is the smallest reserve Validate accepts: below it a
+// number was likely meant in MiB, not bytes.
+const minMinFreeDisk = 1 << 20
+
 // DefaultConfig returns the defaults used for zero fields.
 func DefaultConfig() Config {
 	return Config{
@@ -228,6 +247,7 @@ func DefaultConfig() Config {
 		RaftAddr:        "127.0.0.1:7650",
 		BootstrapExpect: 1,
 		MaxMessageBytes: 5 << 20,
+		MinFreeDisk:     DefaultMinFreeDisk,
 		Version:         "dev",
 	}
 }
@@ -245,6 +265,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.MinFreeDisk == 0 {
+		c.MinFreeDisk = d.MinFreeDisk
 	}
 	if c.Version == "" {
 		c.Version = d.Version
@@ -283,6 +306,8 @@ func (c Config) Validate() error {
 		return errors.New("broker: subscription limits must not be negative")
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return fmt.Errorf("broker: MaxMessageBytes must be in 1..%d, not %d", MaxMessageBytesLimit, c.MaxMessageBytes)
+	case c.MinFreeDisk > 0 && c.MinFreeDisk < minMinFreeDisk:
+		return fmt.Errorf("broker: MinFreeDisk of %d bytes is below the smallest reserve, %d bytes (1 MiB); negative turns it off", c.MinFreeDisk, minMinFreeDisk)
 	}
 	return c.Limits.validate()
 }

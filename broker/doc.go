@@ -10,6 +10,12 @@
 // partition's leader dispatches messages to consumers; acks and
 // subscription changes go through Raft.
 //
+// The node keeps a free-space reserve on its data directory (MinFreeDisk):
+// below it leaders refuse sends with DiskFull before proposing them. A
+// replica whose log still cannot append a committed entry stops that
+// partition on the node, once, and catches up from Raft when restarted
+// with space.
+//
 // The package sits above storage, subscription, transport, geofabric and
 // cluster, and below cmd/fabriqd.
 package broker

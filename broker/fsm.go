@@ -238,6 +238,16 @@ type seqRange struct {
 	Offset uint64 `msgpack:"o"`
 }
 
+// clone returns a deep copy; nil for nil.
+func (p *producerState) clone() *producerState {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.Recent = slices.Clone(p.Recent)
+	return &c
+}
+
 func (p *producerState) offsetOf(seq uint64) uint64 {
 	for _, r := range p.Recent {
 		if seq >= r.First && seq <= r.Last {
@@ -305,10 +315,28 @@ type fsm struct {
 	// offset and whether the entry only added messages, so the leader's
 	// dispatchers can wake up. It must not block.
 	applied func(next uint64, data bool)
+	// halted is told, once and from Raft's goroutine, that the log could
+	// not take a committed entry (a full disk, an I/O error): the state
+	// machine has stopped, and the group must be closed on this node. It
+	// must not block. May be nil.
+	halted func(error)
 
 	mu    sync.RWMutex
 	state fsmState
+	// failed is why the state machine stopped, nil while it runs. Once
+	// set it applies nothing and takes no snapshot: the entry that failed
+	// and every later one are replayed from Raft when the partition opens
+	// again, so none of them counts as applied.
+	failed error
 }
+
+// errHalted answers every entry once the state machine has stopped
+// because its log could not take a committed entry.
+var errHalted = errors.New("partition state machine stopped: its log cannot append")
+
+// errAppend marks a log that failed to take a committed batch, as opposed
+// to an entry that does not decode.
+var errAppend = errors.New("append to the log")
 
 func newFSM(log *storage.Log, snapDir string, applied func(uint64, bool)) *fsm {
 	return &fsm{
@@ -326,8 +354,11 @@ func newFSM(log *storage.Log, snapDir string, applied func(uint64, bool)) *fsm {
 }
 
 // Apply applies one committed entry. Domain errors are returned as values
-// (error); an entry that cannot be decoded, or a log that cannot take a
-// committed batch, stops the node: continuing would let replicas diverge.
+// (error); an entry that cannot be decoded stops the node: continuing
+// would let replicas diverge. A log that cannot take a committed batch
+// stops this state machine (errHalted, and the halted callback), not the
+// node: hashicorp/raft cannot be told that an entry failed, so every later
+// entry is answered errHalted, unapplied, until the group is closed.
 func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
@@ -335,7 +366,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if len(l.Data) == 0 {
 		panic(fmt.Sprintf("broker: empty partition entry at raft index %d", l.Index))
 	}
-	res, next := f.apply(l)
+	res, next, failed := f.apply(l)
+	if failed != nil {
+		if f.halted != nil {
+			f.halted(failed)
+		}
+		return res
+	}
+	if haltedError(res) != nil {
+		return res
+	}
 	// Told after the lock is released: the callback takes the
 	// partition's lock, which is taken before this one elsewhere.
 	if f.applied != nil {
@@ -345,11 +385,13 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 // apply applies one entry under the lock and returns its result and the
-// next offset.
-func (f *fsm) apply(l *raft.Log) (any, uint64) {
+// next offset; failed is set when this entry stopped the state machine.
+func (f *fsm) apply(l *raft.Log) (res any, next uint64, failed error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var res any
+	if f.failed != nil {
+		return fmt.Errorf("%w: %v", errHalted, f.failed), f.state.Next, nil
+	}
 	var err error
 	body := l.Data[1:]
 	switch entryType(l.Data[0]) {
@@ -388,10 +430,14 @@ func (f *fsm) apply(l *raft.Log) (any, uint64) {
 	default:
 		panic(fmt.Sprintf("broker: unknown partition entry type %d at raft index %d", l.Data[0], l.Index))
 	}
+	if errors.Is(err, errAppend) {
+		f.failed = fmt.Errorf("raft index %d: %w", l.Index, err)
+		return fmt.Errorf("%w: %v", errHalted, f.failed), f.state.Next, f.failed
+	}
 	if err != nil {
 		panic(fmt.Sprintf("broker: partition entry at raft index %d: %v", l.Index, err))
 	}
-	return res, f.state.Next
+	return res, f.state.Next, nil
 }
 
 // errSubscriptionNotFound is returned by entries naming a subscription that
@@ -406,6 +452,9 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 	results := make([]sendResult, len(e.Batches))
 	var msgs []storage.Message
 	next := f.state.Next
+	// The producers' states as they were, to put back if the log cannot
+	// take the batch (nil: the producer was not known).
+	before := map[string]*producerState{}
 	for i, b := range e.Batches {
 		p := f.state.Producers[b.Producer]
 		if len(b.Messages) == 0 {
@@ -413,6 +462,9 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 			// id after every send proposed before it.
 			results[i] = sendResult{LastSeq: lastSeqOf(p)}
 			continue
+		}
+		if _, ok := before[b.Producer]; !ok {
+			before[b.Producer] = p.clone()
 		}
 		if err := p.refusal(b.Messages); err != nil {
 			if errors.Is(err, errSequenceForgotten) {
@@ -475,7 +527,15 @@ func (f *fsm) applySend(index uint64, body []byte) ([]sendResult, error) {
 		if index > f.log.LastRaftIndex() {
 			off, err := f.log.Append(index, msgs)
 			if err != nil {
-				return nil, fmt.Errorf("append to the log: %w", err)
+				// Nothing of this entry counts as applied.
+				for name, p := range before {
+					if p == nil {
+						delete(f.state.Producers, name)
+					} else {
+						f.state.Producers[name] = p
+					}
+				}
+				return nil, fmt.Errorf("%w: %w", errAppend, err)
 			}
 			if off != f.state.Next {
 				return nil, fmt.Errorf("log gave offset %d, state machine expected %d", off, f.state.Next)
@@ -696,6 +756,11 @@ func (f *fsm) members(sub string) (ms []memberState, mode transport.Subscription
 // runs on Raft's goroutine, between applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
+	if f.failed != nil {
+		f.mu.RUnlock()
+		// A snapshot would count the entry that failed as applied.
+		return nil, fmt.Errorf("broker: %w: %v", errHalted, f.failed)
+	}
 	state, err := msgpack.Marshal(&f.state)
 	f.mu.RUnlock()
 	if err != nil {
@@ -780,6 +845,12 @@ const maxStateBytes = 1 << 30
 // when it does not already hold the snapshot's messages (storage.Install).
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.mu.RLock()
+	failed := f.failed
+	f.mu.RUnlock()
+	if failed != nil {
+		return fmt.Errorf("broker: %w: %v", errHalted, failed)
+	}
 	var n [4]byte
 	if _, err := io.ReadFull(rc, n[:]); err != nil {
 		return fmt.Errorf("broker: snapshot state: %w", err)

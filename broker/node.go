@@ -38,6 +38,8 @@ type Node struct {
 
 	// gossip is nil when the node runs without membership (no GossipAddr).
 	gossip gossip
+	// disk keeps the free-space reserve; nil when it is turned off.
+	disk *diskReserve
 
 	reconcileCh chan struct{}
 	// majorityLost remembers the partitions already reported as beyond
@@ -65,8 +67,17 @@ type Node struct {
 	// refusals holds a token per connection being told it is over a
 	// limit (refuse).
 	refusals chan struct{}
-	changed  chan struct{} // closed and replaced when partitions change
-	closed   bool
+	// halted holds the partitions whose state machine stopped on this
+	// node (haltPartition): they stay closed until the node restarts.
+	halted  map[string]*haltedCopy
+	changed chan struct{} // closed and replaced when partitions change
+	closed  bool
+}
+
+// haltedCopy is a partition whose state machine stopped on this node.
+type haltedCopy struct {
+	fsm  *fsm
+	done chan struct{} // closed once the copy is closed
 }
 
 // localPartition is a partition this node runs, with what it owns.
@@ -98,7 +109,9 @@ func NewNode(cfg Config) (*Node, error) {
 		sessions:     map[*session]struct{}{},
 		perAddr:      map[string]int{},
 		refusals:     make(chan struct{}, maxRefusals),
+		halted:       map[string]*haltedCopy{},
 		changed:      make(chan struct{}),
+		disk:         newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
 }
 
@@ -108,6 +121,9 @@ func NewNode(cfg Config) (*Node, error) {
 func (n *Node) Start(ctx context.Context) error {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("broker: %w", err)
+	}
+	if err := n.disk.refresh(); err != nil {
+		return err
 	}
 	var err error
 	if n.raftLn, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
@@ -166,13 +182,34 @@ func (n *Node) Start(ctx context.Context) error {
 		n.Close()
 		return err
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.diskLoop()
 	go n.catchUpLoop()
 	go n.reconcileLoop()
 	go n.acceptLoop()
 	go n.balanceLoop()
 	n.requestReconcile()
 	return nil
+}
+
+// diskLoop reads the free space of the data directory every
+// diskCheckEvery, so that sends are refused below the reserve and accepted
+// again once space is freed.
+func (n *Node) diskLoop() {
+	defer n.wg.Done()
+	if n.disk == nil {
+		return
+	}
+	t := time.NewTicker(diskCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			_ = n.disk.refresh() // a failure is logged once and keeps the last reading
+		}
+	}
 }
 
 // waitRegistered waits until the metadata group has a leader and this
@@ -362,7 +399,24 @@ func (n *Node) reconcile() {
 	for name := range n.partitions {
 		have[name] = true
 	}
+	// A halted copy stays closed until the node restarts; a deleted
+	// stream's goes with its data.
+	var gone []string
+	for name, h := range n.halted {
+		have[name] = true
+		select {
+		case <-h.done:
+			if n.replicasOf(name) == nil {
+				delete(n.halted, name)
+				gone = append(gone, name)
+			}
+		default: // still closing: the next pass looks again
+		}
+	}
 	n.mu.Unlock()
+	for _, name := range gone {
+		n.removePartitionData(name)
+	}
 	for _, lp := range retire {
 		n.retirePartition(lp)
 	}
@@ -629,6 +683,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 			p.onApplied(next, data)
 		}
 	})
+	f.halted = func(err error) { n.haltPartition(name, f, err) }
 	pcfg := defaultPartitionConfig()
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
@@ -674,6 +729,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		}
 		n.requestReconcile() // a new leader checks the replicas
 	}
+	p.disk = n.disk
 	target.Store(p)
 	if retired {
 		p.stopAccepting() // serves nobody: its loops never start
@@ -684,10 +740,17 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 }
 
 // keep records a partition just opened in into (n.partitions or
-// n.retired), or closes it if the node has closed meanwhile; it reports
-// whether it kept it.
+// n.retired), or closes it if the node has closed meanwhile, or if its
+// state machine stopped while it opened (haltPartition); it reports false
+// when the node has closed.
 func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 	n.mu.Lock()
+	if h := n.halted[lp.name]; h != nil && h.fsm == lp.fsm {
+		n.mu.Unlock()
+		n.closePartition(lp, false)
+		close(h.done)
+		return true
+	}
 	if n.closed {
 		n.mu.Unlock()
 		n.closePartition(lp, false)
@@ -696,6 +759,44 @@ func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 	into[lp.name] = lp
 	n.mu.Unlock()
 	return true
+}
+
+// haltPartition closes, on this node only, a partition whose state
+// machine stopped because its log could not take a committed entry (a
+// full disk). The group's other members keep their majority and go on;
+// this copy stays closed until the node restarts, when it replays from
+// Raft what it could not append and catches up. Called from Raft's
+// goroutine, it must not block: the group is closed by a goroutine of the
+// node.
+func (n *Node) haltPartition(name string, f *fsm, err error) {
+	n.mu.Lock()
+	if n.closed || n.halted[name] != nil {
+		n.mu.Unlock()
+		return
+	}
+	h := &haltedCopy{fsm: f, done: make(chan struct{})}
+	n.halted[name] = h
+	var lp *localPartition
+	for _, m := range []map[string]*localPartition{n.partitions, n.retired} {
+		if c := m[name]; c != nil && c.fsm == f {
+			lp = c
+			delete(m, name)
+		}
+	}
+	if lp != nil {
+		n.wg.Add(1)
+	}
+	n.mu.Unlock()
+	n.logger.Error("partition stopped on this node: its log cannot store a committed entry; the other replicas go on without this one; free disk space and restart the node, and it catches up from Raft",
+		"partition", name, "err", err)
+	if lp == nil {
+		return // still opening: keep closes it
+	}
+	go func() {
+		defer n.wg.Done()
+		defer close(h.done)
+		n.closePartition(lp, false)
+	}()
 }
 
 // closePartition stops a partition; with remove its data goes too.
@@ -709,16 +810,21 @@ func (n *Node) closePartition(lp *localPartition, remove bool) {
 		n.logger.Warn("closing partition log", "partition", lp.name, "err", err)
 	}
 	if remove {
-		dir, err := n.partitionDir(lp.name)
-		if err != nil {
-			n.logger.Error("partition data not removed", "partition", lp.name, "err", err)
-			return
-		}
-		retired, _ := filepath.Glob(dir + "@*")
-		for _, d := range append(retired, dir) {
-			if err := n.removeCopy(d); err != nil {
-				n.logger.Warn("removing partition data", "partition", lp.name, "dir", d, "err", err)
-			}
+		n.removePartitionData(lp.name)
+	}
+}
+
+// removePartitionData removes a partition's data and its copies set aside.
+func (n *Node) removePartitionData(name string) {
+	dir, err := n.partitionDir(name)
+	if err != nil {
+		n.logger.Error("partition data not removed", "partition", name, "err", err)
+		return
+	}
+	retired, _ := filepath.Glob(dir + "@*")
+	for _, d := range append(retired, dir) {
+		if err := n.removeCopy(d); err != nil {
+			n.logger.Warn("removing partition data", "partition", name, "dir", d, "err", err)
 		}
 	}
 }

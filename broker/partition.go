@@ -107,6 +107,9 @@ type partition struct {
 	// onLeadership is told every leadership change (the node announces
 	// it to the cluster); it must not block. May be nil.
 	onLeadership func(cluster.Leadership)
+	// disk is the node's free-space reserve, checked before a send is
+	// proposed; nil admits every send.
+	disk *diskReserve
 
 	sends    chan *sendReq
 	acks     chan *ackReq
@@ -290,6 +293,14 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 		r.done(nil, wireError(transport.CodeTooLarge, "a send of about %d bytes, stored, is above the limit of %d", r.size, p.cfg.MaxEntryBytes))
 		return
 	}
+	// Refused before it is proposed: once committed, every replica must
+	// store it. A producer opening stores nothing and goes on.
+	if len(r.msgs) > 0 {
+		if err := p.disk.admit(r.size); err != nil {
+			r.done(nil, err)
+			return
+		}
+	}
 	select {
 	case p.sends <- r:
 	case <-ctx.Done():
@@ -404,6 +415,9 @@ func (p *partition) commitLoop() {
 		err := in.future.Error()
 		var results []sendResult
 		if err == nil {
+			err = haltedError(in.future.Response())
+		}
+		if err == nil {
 			results, _ = in.future.Response().([]sendResult)
 			if len(results) != len(in.reqs) {
 				err = fmt.Errorf("state machine answered %d results for %d batches", len(results), len(in.reqs))
@@ -482,6 +496,10 @@ func (p *partition) raftError(err error) error {
 		return wireError(transport.CodeTimeout, "the partition's Raft group did not commit in time")
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, cluster.ErrClosed):
 		return errStopping
+	case errors.Is(err, errHalted):
+		// Committed, and stored by the other replicas: a retry finds it
+		// there, deduplicated.
+		return wireError(transport.CodeServiceNotReady, "partition %s stopped on this node (%v); its other replicas take over", p.name, err)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
@@ -553,6 +571,9 @@ func (p *partition) ackLoop() {
 			res, err = p.group.Apply(ctx, data)
 			cancel()
 		}
+		if err == nil {
+			err = haltedError(res)
+		}
 		if err != nil {
 			err = p.raftError(err)
 		}
@@ -581,10 +602,22 @@ func (p *partition) apply(ctx context.Context, t entryType, body any) (any, erro
 		return nil, err
 	}
 	res, err := p.group.Apply(ctx, data)
+	if err == nil {
+		err = haltedError(res)
+	}
 	if err != nil {
 		return nil, p.raftError(err)
 	}
 	return res, nil
+}
+
+// haltedError returns the state machine's answer when it is that it has
+// stopped (errHalted), nil otherwise.
+func haltedError(res any) error {
+	if err, ok := res.(error); ok && errors.Is(err, errHalted) {
+		return err
+	}
+	return nil
 }
 
 // dispatcherOf returns a subscription's dispatcher, nil if none runs.

@@ -360,7 +360,11 @@ func (n *Node) removeMovedAwayCopies() {
 		n.mu.Lock()
 		opening := n.renewing[pn.String()]
 		running := n.retired[pn.String()]
+		halted := n.halted[pn.String()] != nil
 		n.mu.Unlock()
+		if halted {
+			continue // stopped until the node restarts (haltPartition)
+		}
 		if opening || slices.Contains(n.placedNodes(pn), n.cfg.NodeID) {
 			continue // placed here: reconcile opens it (or is renewing it)
 		}

@@ -69,6 +69,11 @@ type session struct {
 type sessProducer struct {
 	name string
 	p    *localPartition
+	// diskFull is set once a send was refused with DiskFull: the later
+	// sends of this producer id are refused too, so that none is stored
+	// ahead of the refused one. The client creates the producer again
+	// and resends them in order.
+	diskFull atomic.Bool
 }
 
 type sessConsumer struct {
@@ -632,6 +637,10 @@ func (s *session) send(c *transport.Send) {
 			return
 		}
 	}
+	if p.diskFull.Load() {
+		fail(wireError(transport.CodeDiskFull, "an earlier send of this producer was refused for lack of disk space; create the producer again to resend in order"))
+		return
+	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	p.p.send(ctx, &sendReq{
@@ -639,6 +648,9 @@ func (s *session) send(c *transport.Send) {
 		msgs:     c.Messages,
 		done: func(offsets []uint64, err error) {
 			if err != nil {
+				if transport.CodeOf(err) == transport.CodeDiskFull {
+					p.diskFull.Store(true)
+				}
 				fail(err)
 				return
 			}

@@ -37,6 +37,11 @@ var (
 	// older versions answered that way for a resent duplicate they no
 	// longer remembered; brokers now refuse it with OutOfOrderSequence.)
 	ErrNoOffset = errors.New("client: the broker confirmed no offset for the message")
+	// ErrDiskFull is matched, with ErrSendTimeout, by a send that timed
+	// out while the partition's leader refused sends for lack of disk
+	// space (DiskFull). Until the timeout such sends are resent with a
+	// growing backoff, in order, so they go through once space is freed.
+	ErrDiskFull = errors.New("client: the partition leader is out of disk space")
 )
 
 // Options configures a Client; zero fields take their defaults.
@@ -263,6 +268,21 @@ func retryable(err error) bool {
 // errUnreachable marks a failed dial, whatever the dialer returned: the
 // node may come back.
 var errUnreachable = errors.New("node unreachable")
+
+// diskFullBackoff waits before resending after the n-th DiskFull refusal
+// in a row (from 0), or returns ctx's error: 100ms doubling up to 2s. Space
+// comes back when retention or an operator acts, in seconds or more: a
+// producer need not ask often, and each attempt opens the producer again.
+func diskFullBackoff(ctx context.Context, n int) error {
+	t := time.NewTimer(min(100*time.Millisecond<<min(n, 5), 2*time.Second))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // backoff waits before retry attempt n (from 0), or returns ctx's error:
 // 25ms doubling up to 250ms, so that a client finds a new leader within a

@@ -14,8 +14,11 @@
 // sequence ids, so the broker drops duplicates; a send is reported as a
 // success only with the offset the broker stored it at, and a resent id the
 // broker cannot prove stored fails with OutOfOrderSequence rather than
-// being acknowledged. Every blocking call takes a context and returns when
-// it ends.
+// being acknowledged. A send refused because the partition leader is short
+// of disk space (DiskFull) is resent the same way, in order, with a
+// backoff, until ProducerOptions.SendTimeout: then it fails with an error
+// matching ErrSendTimeout and ErrDiskFull. Every blocking call takes a
+// context and returns when it ends.
 //
 // The package speaks the transport protocol and knows stream names
 // (geofabric); it knows nothing of Raft or of how the broker stores

@@ -226,7 +226,8 @@ type pendingBatch struct {
 	first  uint64
 	msgs   []*pendingMsg
 	frame  []transport.MessageData
-	sentAt time.Time
+	sentAt time.Time // last sent (first flushed, until it is sent)
+	queued time.Time // first flushed
 	// sentTo is the producer id it was last sent under: each attach of
 	// the producer has a new one, and gets the batch again.
 	sentTo uint64
@@ -269,6 +270,10 @@ type partitionProducer struct {
 	inflight   []*pendingBatch
 	idle       chan struct{} // closed when nothing is in flight
 	closed     bool
+	// fullRefusals counts the DiskFull refusals since the last receipt;
+	// refusal is the last one, given with ErrSendTimeout meanwhile.
+	fullRefusals int
+	refusal      error
 }
 
 func newPartitionProducer(p *Producer, partition string, index int) *partitionProducer {
@@ -359,6 +364,20 @@ func (pp *partitionProducer) loop() {
 			pp.mu.Unlock()
 			if stale {
 				continue
+			}
+			pp.mu.Lock()
+			full, refusal := pp.fullRefusals, pp.refusal
+			pp.mu.Unlock()
+			if full > 0 {
+				// The leader refused a send for lack of disk space: ask
+				// again later, with what is in flight, in order.
+				if full == 1 {
+					pp.p.c.logger.Warn("the partition leader refuses sends for lack of disk space; resending with backoff until the send timeout", "partition", pp.partition, "err", refusal)
+				}
+				if diskFullBackoff(stopCtx, full-1) != nil {
+					return
+				}
+				pp.expire()
 			}
 			for n := 0; ; n++ {
 				ctx, cancelOp := context.WithTimeout(stopCtx, pp.p.c.opts.OperationTimeout)
@@ -460,7 +479,8 @@ func (pp *partitionProducer) flushLocked() {
 	}
 	for _, key := range pp.batchKeys {
 		msgs := pp.batch[key]
-		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs)), sentAt: time.Now()}
+		now := time.Now()
+		b := &pendingBatch{first: pp.seq, msgs: msgs, frame: make([]transport.MessageData, len(msgs)), sentAt: now, queued: now}
 		for i, m := range msgs {
 			m.data.SequenceID = pp.seq
 			pp.seq++
@@ -523,6 +543,7 @@ func (pp *partitionProducer) receipt(x *cnx, r *transport.SendReceipt) {
 	}
 	b := pp.inflight[0]
 	pp.inflight = pp.inflight[1:]
+	pp.fullRefusals, pp.refusal = 0, nil
 	pp.idleCheckLocked()
 	pp.wakeLocked()
 	pp.mu.Unlock()
@@ -545,6 +566,20 @@ const noOffset = ^uint64(0)
 // resends; anything else fails the batch.
 func (pp *partitionProducer) sendError(x *cnx, e *transport.SendError) {
 	err := &transport.Error{Code: e.Code, Message: e.Message, LeaderHint: e.LeaderHint}
+	if e.Code == transport.CodeDiskFull {
+		// The broker refuses this producer's later sends as well, so
+		// that none is stored ahead of this one: open it again after a
+		// backoff and resend everything in flight, in order.
+		pp.mu.Lock()
+		if pp.x == x {
+			pp.fullRefusals++
+			pp.refusal = err
+		}
+		pp.mu.Unlock()
+		x.removeProducer(pp.idOf(x))
+		pp.connectionLost(x)
+		return
+	}
 	if retryable(err) {
 		x.removeProducer(pp.idOf(x))
 		pp.connectionLost(x)
@@ -595,15 +630,22 @@ func (pp *partitionProducer) expire() {
 	}
 	pp.mu.Lock()
 	var expired []*pendingBatch
-	for len(pp.inflight) > 0 && time.Since(pp.inflight[0].sentAt) > timeout {
+	// Resent batches count from their last send; while the leader
+	// refuses them for lack of disk space, from when they were queued.
+	for len(pp.inflight) > 0 && (time.Since(pp.inflight[0].sentAt) > timeout ||
+		pp.refusal != nil && time.Since(pp.inflight[0].queued) > timeout) {
 		expired = append(expired, pp.inflight[0])
 		pp.inflight = pp.inflight[1:]
+	}
+	err := ErrSendTimeout
+	if pp.refusal != nil {
+		err = fmt.Errorf("%w: %w (%v)", ErrSendTimeout, ErrDiskFull, pp.refusal)
 	}
 	pp.idleCheckLocked()
 	pp.pumpLocked()
 	pp.mu.Unlock()
 	for _, b := range expired {
-		pp.fail(b, ErrSendTimeout)
+		pp.fail(b, err)
 	}
 }
 

@@ -36,6 +36,7 @@ const (
 	// again.
 	CodeOutOfOrderSequence
 	CodeLimitExceeded // a node's limit (connections, producers, consumers, subscriptions) is reached
+	CodeDiskFull      // the partition leader's disk is below its free-space reserve; retry later
 )
 
 var codeNames = map[ErrorCode]string{
@@ -61,6 +62,7 @@ var codeNames = map[ErrorCode]string{
 	CodeClosed:               "Closed",
 	CodeOutOfOrderSequence:   "OutOfOrderSequence",
 	CodeLimitExceeded:        "LimitExceeded",
+	CodeDiskFull:             "DiskFull",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.

@@ -43,6 +43,7 @@ type options struct {
 	join            []string
 	bootstrapExpect int
 	maxMessageBytes int
+	minFreeDisk     diskSize
 	replaceDead     time.Duration
 	raftHeartbeat   time.Duration
 	subs            broker.SubscriptionLimits
@@ -83,6 +84,8 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "nodes that bootstrap the metadata group together (1: bootstrap alone)")
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
+	o.minFreeDisk = broker.DefaultMinFreeDisk
+	f.Var(&o.minFreeDisk, "min-free-disk", "free space kept in reserve on the data directory's file system: below it sends are refused with the retryable error DiskFull while reads and acks go on, and they resume once space is freed; a size such as 1GiB or 512MiB (a size, not a share of the disk: what it holds does not grow with the disk), off for none")
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	d := broker.DefaultSubscriptionLimits()
@@ -132,6 +135,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		HTTPAddr:         o.httpAddr,
 		BootstrapExpect:  o.bootstrapExpect,
 		MaxMessageBytes:  o.maxMessageBytes,
+		MinFreeDisk:      int64(o.minFreeDisk),
 		ReplaceDeadAfter: o.replaceDead,
 		Raft:             broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
 		Subscriptions:    o.subs,

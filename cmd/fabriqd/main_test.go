@@ -44,3 +44,29 @@ func TestBadFlagsFailClearly(t *testing.T) {
 		}
 	}
 }
+
+func TestMinFreeDiskTakesSizes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"1GiB", 1 << 30}, {"512MiB", 512 << 20}, {"1.5g", 3 << 29}, {"2GB", 2e9},
+		{"4096", 4096}, {"off", -1}, {"0", -1}, {" 64 MiB ", 64 << 20},
+	} {
+		var s diskSize
+		if err := s.Set(c.in); err != nil || int64(s) != c.want {
+			t.Errorf("--min-free-disk %q = %d, %v; want %d", c.in, int64(s), err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1GiB", "1XiB", "1e30GiB"} {
+		var s diskSize
+		if err := s.Set(bad); err == nil {
+			t.Errorf("--min-free-disk %q accepted as %d", bad, int64(s))
+		}
+	}
+	cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
+	cmd.SetArgs([]string{"--min-free-disk", "100KiB", "--data-dir", t.TempDir()})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "MinFreeDisk") {
+		t.Errorf("a reserve of 100KiB: %v, want a MinFreeDisk error", err)
+	}
+}
