@@ -28,6 +28,7 @@ const (
 	CodeProducerNotFound                          // no such producer on this connection
 	CodeConsumerNotFound                          // no such consumer on this connection
 	CodeClosed                                    // the producer, consumer or connection is closed
+	CodeBacklogQuotaExceeded                      // a send refused: a subscription's backlog is over the stream's quota
 )
 
 var codeNames = map[ErrorCode]string{
@@ -51,6 +52,7 @@ var codeNames = map[ErrorCode]string{
 	CodeProducerNotFound:     "ProducerNotFound",
 	CodeConsumerNotFound:     "ConsumerNotFound",
 	CodeClosed:               "Closed",
+	CodeBacklogQuotaExceeded: "ProducerBlockedQuotaExceededError",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.
