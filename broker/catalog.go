@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // Metadata entry types. Never renumber.
@@ -51,6 +53,9 @@ type streamMeta struct {
 	// never its old copy with the old copy's stale configuration. Missing
 	// entries (catalogs written before it existed) are 0.
 	Since [][]uint64 `msgpack:"si,omitempty"`
+	// Retention is the stream's retention, backlog quota and message TTL
+	// policy; partition leaders apply it.
+	Retention transport.RetentionPolicy `msgpack:"rt"`
 }
 
 // since returns when replica j of partition i was placed (see Since).

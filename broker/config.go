@@ -6,11 +6,23 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/fabriq-io/fabriq/storage"
 )
 
 // MaxMessageBytesLimit is the largest MaxMessageBytes: a Raft entry holds
 // at least one message and must fit in one storage batch.
 const MaxMessageBytesLimit = 10 << 20
+
+// minSegmentBytes is the smallest Config.SegmentBytes: smaller segments
+// only multiply files.
+const minSegmentBytes = 4 << 10
+
+// DefaultSegmentBytes is the default Config.SegmentBytes.
+const DefaultSegmentBytes = 64 << 20
+
+// defaultRetentionInterval is the default Config.RetentionInterval.
+const defaultRetentionInterval = 5 * time.Second
 
 // Config configures a Node. The zero value of every field but NodeID and
 // DataDir means its default.
@@ -48,6 +60,14 @@ type Config struct {
 	BootstrapExpect int
 	// MaxMessageBytes refuses larger messages. Default 5 MiB.
 	MaxMessageBytes int
+	// SegmentBytes is the size at which a partition's log starts a new
+	// segment file; retention deletes whole segments. Default 64 MiB, at
+	// most storage.MaxSegmentBytes.
+	SegmentBytes int64
+	// RetentionInterval is how often a partition leader applies its
+	// stream's retention policy, message TTL and backlog quota. Default
+	// 5s.
+	RetentionInterval time.Duration
 	// Raft tunes every Raft group of the node.
 	Raft RaftTimings
 	// Subscriptions tunes subscriptions; zero fields take their defaults.
@@ -157,6 +177,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = d.Version
 	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = defaultRetentionInterval
+	}
 	if c.ReplaceDeadAfter == 0 {
 		c.ReplaceDeadAfter = 5 * time.Minute
 	}
@@ -190,6 +216,10 @@ func (c Config) Validate() error {
 		return errors.New("broker: subscription limits must not be negative")
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return fmt.Errorf("broker: MaxMessageBytes must be in 1..%d, not %d", MaxMessageBytesLimit, c.MaxMessageBytes)
+	case c.SegmentBytes < minSegmentBytes || c.SegmentBytes > storage.MaxSegmentBytes:
+		return fmt.Errorf("broker: SegmentBytes must be in %d..%d, not %d", minSegmentBytes, storage.MaxSegmentBytes, c.SegmentBytes)
+	case c.RetentionInterval < 0:
+		return fmt.Errorf("broker: RetentionInterval must not be negative, not %v", c.RetentionInterval)
 	}
 	return nil
 }

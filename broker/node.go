@@ -605,7 +605,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	if err := n.claimPartitionDir(dir, self); err != nil {
 		return nil, err
 	}
-	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{Logger: n.logger.With("partition", name)})
+	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{SegmentMaxBytes: n.cfg.SegmentBytes, Logger: n.logger.With("partition", name)})
 	if err != nil {
 		return nil, err
 	}
@@ -626,6 +626,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
+	pcfg.RetentionInterval = n.cfg.RetentionInterval
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
 	gcfg.NodeID = self
 	gcfg.Retired = retired
@@ -657,6 +658,13 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		return nil, err
 	}
 	p := newPartition(name, pcfg, log, f, g, n.logger, func() error { return n.notLeaderError(name, g) })
+	if pn, err := geofabric.ParsePartition(name); err == nil {
+		stream := pn.Stream.String()
+		p.policy = func() (transport.RetentionPolicy, bool) {
+			s, ok := n.catalog.stream(stream)
+			return s.Retention, ok
+		}
+	}
 	p.onLeadership = func(l cluster.Leadership) {
 		if !l.IsLeader || g.Retired() {
 			return

@@ -685,7 +685,7 @@ func (s *session) seek(c *transport.Seek) {
 		offset = next
 	}
 	if !sc.d.durable {
-		sc.d.seekReader(max(offset, sc.p.log.Info().StartOffset))
+		sc.d.seekReader(max(offset, sc.p.fsm.startOffset()))
 		s.reply(&transport.Success{RequestID: c.RequestID})
 		return
 	}
