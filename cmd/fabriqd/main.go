@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +45,8 @@ type options struct {
 	join            []string
 	bootstrapExpect int
 	maxMessageBytes int
+	segmentBytes    sizeFlag
+	retentionEvery  time.Duration
 	replaceDead     time.Duration
 	raftHeartbeat   time.Duration
 	subs            broker.SubscriptionLimits
@@ -82,6 +86,9 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "nodes that bootstrap the metadata group together (1: bootstrap alone)")
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
+	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
+	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
+	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	d := broker.DefaultSubscriptionLimits()
@@ -114,21 +121,23 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	}
 	logger := slog.New(handler)
 	node, err := broker.NewNode(broker.Config{
-		NodeID:           o.nodeID,
-		DataDir:          o.dataDir,
-		ClientAddr:       o.clientAddr,
-		RaftAddr:         o.raftAddr,
-		Region:           o.region,
-		GossipAddr:       o.gossipAddr,
-		Join:             o.join,
-		HTTPAddr:         o.httpAddr,
-		BootstrapExpect:  o.bootstrapExpect,
-		MaxMessageBytes:  o.maxMessageBytes,
-		ReplaceDeadAfter: o.replaceDead,
-		Raft:             broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
-		Subscriptions:    o.subs,
-		Version:          version,
-		Logger:           logger,
+		NodeID:            o.nodeID,
+		DataDir:           o.dataDir,
+		ClientAddr:        o.clientAddr,
+		RaftAddr:          o.raftAddr,
+		Region:            o.region,
+		GossipAddr:        o.gossipAddr,
+		Join:              o.join,
+		HTTPAddr:          o.httpAddr,
+		BootstrapExpect:   o.bootstrapExpect,
+		MaxMessageBytes:   o.maxMessageBytes,
+		SegmentBytes:      int64(o.segmentBytes),
+		RetentionInterval: o.retentionEvery,
+		ReplaceDeadAfter:  o.replaceDead,
+		Raft:              broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
+		Subscriptions:     o.subs,
+		Version:           version,
+		Logger:            logger,
 	})
 	if err != nil {
 		return err
@@ -147,4 +156,32 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelStop()
 	return node.Shutdown(stopCtx)
+}
+
+// sizeFlag is a byte size flag: a whole number with an optional unit, B,
+// KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (*sizeFlag) Type() string { return "size" }
+
+func (s *sizeFlag) Set(v string) error {
+	units := []struct {
+		suffix string
+		factor int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, factor := strings.TrimSpace(v), int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, factor = strings.TrimSpace(n), u.factor
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/factor {
+		return fmt.Errorf("size %q: want a positive whole number of bytes with an optional unit (65536, 512KiB, 64MiB)", v)
+	}
+	*s = sizeFlag(n * factor)
+	return nil
 }
