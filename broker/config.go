@@ -70,6 +70,12 @@ type Config struct {
 	RetentionInterval time.Duration
 	// Raft tunes every Raft group of the node.
 	Raft RaftTimings
+	// RaftSnapshots tunes when every Raft group of the node compacts its
+	// log; zero fields take hashicorp/raft's defaults through
+	// cluster.DefaultGroupConfig. Between compactions a group's Raft log
+	// holds up to SnapshotThreshold+TrailingLogs entries on disk beside
+	// the partition's log, whatever its retention.
+	RaftSnapshots RaftSnapshots
 	// Subscriptions tunes subscriptions; zero fields take their defaults.
 	Subscriptions SubscriptionLimits
 	// Version is reported to clients.
@@ -84,6 +90,19 @@ type RaftTimings struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 	CommitTimeout    time.Duration
+}
+
+// RaftSnapshots say when a Raft group snapshots and compacts its log;
+// zero means the default.
+type RaftSnapshots struct {
+	// Interval is how often a group checks whether to snapshot.
+	// Default 120s.
+	Interval time.Duration
+	// Threshold is how many new entries make a snapshot. Default 8192.
+	Threshold uint64
+	// TrailingLogs is how many entries a compaction keeps, for followers
+	// slightly behind. Default 10240.
+	TrailingLogs uint64
 }
 
 // SubscriptionLimits tune how subscriptions dispatch (SEMANTICS.md).

@@ -205,6 +205,15 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	if t := n.cfg.Raft; t.CommitTimeout > 0 {
 		cfg.CommitTimeout = t.CommitTimeout
 	}
+	if t := n.cfg.RaftSnapshots; t.Interval > 0 {
+		cfg.SnapshotInterval = t.Interval
+	}
+	if t := n.cfg.RaftSnapshots; t.Threshold > 0 {
+		cfg.SnapshotThreshold = t.Threshold
+	}
+	if t := n.cfg.RaftSnapshots; t.TrailingLogs > 0 {
+		cfg.TrailingLogs = t.TrailingLogs
+	}
 	cfg.FSM = fsm
 	cfg.Expand = expand
 	return cfg

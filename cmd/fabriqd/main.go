@@ -49,6 +49,7 @@ type options struct {
 	retentionEvery  time.Duration
 	replaceDead     time.Duration
 	raftHeartbeat   time.Duration
+	raftSnapshots   broker.RaftSnapshots
 	subs            broker.SubscriptionLimits
 	logLevel        string
 	logJSON         bool
@@ -90,6 +91,9 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
 	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
+	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
+	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
+	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	d := broker.DefaultSubscriptionLimits()
 	f.DurationVar(&o.subs.ReconnectGrace, "reconnect-grace", d.ReconnectGrace, "after a partition leader change, how long consumers keep their roles (failover master, key_shared hashes) while they reconnect")
@@ -135,6 +139,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		RetentionInterval: o.retentionEvery,
 		ReplaceDeadAfter:  o.replaceDead,
 		Raft:              broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
+		RaftSnapshots:     o.raftSnapshots,
 		Subscriptions:     o.subs,
 		Version:           version,
 		Logger:            logger,
