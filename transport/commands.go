@@ -49,6 +49,7 @@ const (
 	TypeClusterStatus
 	TypeClusterStatusResult
 	TypeRenewReplica
+	TypeSetRetention
 )
 
 // Command is one protocol command. Every command type is a pointer to one
@@ -374,6 +375,14 @@ type RetentionPolicy struct {
 	MessageTTLMs int64 `msgpack:"ttl,omitempty" json:"message_ttl_ms"`
 }
 
+// SetRetention replaces a stream's retention policy; partition leaders
+// apply the new one at their next retention pass.
+type SetRetention struct {
+	RequestID uint64          `msgpack:"r"`
+	Stream    string          `msgpack:"s"`
+	Retention RetentionPolicy `msgpack:"rp"`
+}
+
 // DeleteStream deletes a stream; without Force it is refused while
 // producers or consumers are attached.
 type DeleteStream struct {
@@ -552,6 +561,7 @@ type ReplicaStatus struct {
 func (*ClusterStatus) Type() CommandType       { return TypeClusterStatus }
 func (*ClusterStatusResult) Type() CommandType { return TypeClusterStatusResult }
 func (*RenewReplica) Type() CommandType        { return TypeRenewReplica }
+func (*SetRetention) Type() CommandType        { return TypeSetRetention }
 
 func (*Connect) Type() CommandType                   { return TypeConnect }
 func (*Connected) Type() CommandType                 { return TypeConnected }
@@ -660,6 +670,8 @@ func newCommand(t CommandType) Command {
 		return new(ClusterStatus)
 	case TypeRenewReplica:
 		return new(RenewReplica)
+	case TypeSetRetention:
+		return new(SetRetention)
 	case TypeClusterStatusResult:
 		return new(ClusterStatusResult)
 	}
