@@ -198,6 +198,39 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
+func (s *session) setRetention(c *transport.SetRetention) {
+	st, _, err := s.n.stream(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	if err := validRetention(c.Retention); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "%v", err))
+		return
+	}
+	if !s.n.meta.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader())
+		return
+	}
+	data, err := encodeEntry(metaSetRetention, setRetentionEntry{Stream: st.String(), Retention: c.Retention})
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	res, err := s.n.meta.Apply(ctx, data)
+	if err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
+		return
+	}
+	if ok, _ := res.(bool); !ok {
+		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		return
+	}
+	s.reply(&transport.Success{RequestID: c.RequestID})
+}
+
 func (s *session) listStreams(c *transport.ListStreams) {
 	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
 	if err != nil {

@@ -22,6 +22,7 @@ const (
 	metaDeleteStream
 	metaReplaceReplica
 	metaRenewReplica
+	metaSetRetention
 )
 
 // nodeInfo is a node as the metadata group knows it.
@@ -93,6 +94,12 @@ type renewReplicaEntry struct {
 	Stream    string `msgpack:"s"`
 	Partition int    `msgpack:"p"`
 	Member    string `msgpack:"m"`
+}
+
+// setRetentionEntry replaces a stream's retention policy.
+type setRetentionEntry struct {
+	Stream    string                    `msgpack:"s"`
+	Retention transport.RetentionPolicy `msgpack:"rt"`
 }
 
 type deleteStreamEntry struct {
@@ -185,6 +192,15 @@ func (c *catalog) Apply(l *raft.Log) any {
 		var e renewReplicaEntry
 		if err = msgpack.Unmarshal(body, &e); err == nil {
 			res = c.renewLocked(e, l.Index)
+		}
+	case metaSetRetention:
+		var e setRetentionEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			s := c.state.Streams[e.Stream]
+			if s != nil {
+				s.Retention = e.Retention
+			}
+			res = s != nil
 		}
 	default:
 		c.mu.Unlock()

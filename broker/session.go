@@ -351,6 +351,8 @@ func (s *session) handle(cmd transport.Command) {
 		s.createStream(c)
 	case *transport.DeleteStream:
 		s.deleteStream(c)
+	case *transport.SetRetention:
+		s.setRetention(c)
 	case *transport.ListStreams:
 		s.listStreams(c)
 	case *transport.DescribeStream:
