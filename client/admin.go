@@ -81,6 +81,19 @@ func (c *Client) CreateStream(ctx context.Context, stream string, partitions, re
 	return err
 }
 
+// SetRetention replaces a stream's retention policy. Partition leaders
+// apply it at their next retention pass; a policy that keeps less deletes
+// the segments it no longer keeps then.
+func (c *Client) SetRetention(ctx context.Context, stream string, p RetentionPolicy) error {
+	if _, err := geofabric.ParseStream(stream); err != nil {
+		return err
+	}
+	_, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.SetRetention{RequestID: id, Stream: stream, Retention: p}
+	})
+	return err
+}
+
 // DeleteStream deletes a stream and its data; without force it is refused
 // while producers or consumers are attached.
 func (c *Client) DeleteStream(ctx context.Context, stream string, force bool) error {
