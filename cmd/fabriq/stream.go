@@ -58,11 +58,34 @@ of 1024); durations take Go's units (s, m, h) and d, w.`,
 	}
 	create.Flags().IntVarP(&partitions, "partitions", "p", 1, "number of partitions")
 	create.Flags().IntVarP(&replicas, "replicas", "r", 1, "replicas of each partition")
-	create.Flags().StringVar(&rf.time, "retention-time", "", "keep acknowledged messages this long (e.g. 12h, 7d; -1: forever)")
-	create.Flags().StringVar(&rf.size, "retention-size", "", "keep acknowledged messages while a partition is smaller than this (e.g. 1GiB; -1: no limit)")
-	create.Flags().StringVar(&rf.quota, "backlog-quota-size", "", "bound on a partition's unacknowledged backlog, in bytes (e.g. 10GiB); none by default")
-	create.Flags().StringVar(&rf.quotaPolicy, "backlog-quota-policy", "producer_exception", "over the backlog quota: producer_exception (refuse sends) or consumer_backlog_eviction (drop the oldest backlog)")
-	create.Flags().StringVar(&rf.ttl, "message-ttl", "", "acknowledge messages older than this on every subscription's behalf (e.g. 1h); none by default")
+	rf.register(create)
+
+	var srf retentionFlags
+	setRetention := &cobra.Command{
+		Use:   "set-retention STREAM",
+		Short: "Replace a stream's retention, backlog quota and message TTL",
+		Long: `Replace a stream's retention policy with the one the flags give, as
+stream create takes it: a flag left out takes its default, so give every
+limit the stream should keep. Partition leaders apply the new policy at
+their next retention pass (fabriqd --retention-interval); segments the new
+policy no longer keeps are deleted then.`,
+		Example: "  fabriq stream set-retention persistent://acme/prod/audit --retention-time 30d --retention-size -1",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			policy, err := srf.policy()
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client.Client) error {
+				if err := c.SetRetention(cmd.Context(), args[0], policy); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "%s: %s\n", args[0], describeRetention(policy))
+				return nil
+			})
+		},
+	}
+	srf.register(setRetention)
 
 	var force bool
 	del := &cobra.Command{
@@ -166,13 +189,22 @@ limit, and for key_shared its hash ranges (sticky) or hash share.`,
 	}
 	describe.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	cmd.AddCommand(create, del, list, describe)
+	cmd.AddCommand(create, setRetention, del, list, describe)
 	return cmd
 }
 
 // retentionFlags are the retention flags of stream create, as given.
 type retentionFlags struct {
 	time, size, quota, quotaPolicy, ttl string
+}
+
+// register adds the retention flags to a command.
+func (f *retentionFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.time, "retention-time", "", "keep acknowledged messages this long (e.g. 12h, 7d; -1: forever)")
+	cmd.Flags().StringVar(&f.size, "retention-size", "", "keep acknowledged messages while a partition is smaller than this (e.g. 1GiB; -1: no limit)")
+	cmd.Flags().StringVar(&f.quota, "backlog-quota-size", "", "bound on a partition's unacknowledged backlog, in bytes (e.g. 10GiB); none by default")
+	cmd.Flags().StringVar(&f.quotaPolicy, "backlog-quota-policy", "producer_exception", "over the backlog quota: producer_exception (refuse sends) or consumer_backlog_eviction (drop the oldest backlog)")
+	cmd.Flags().StringVar(&f.ttl, "message-ttl", "", "acknowledge messages older than this on every subscription's behalf (e.g. 1h); none by default")
 }
 
 // policy turns the flags into a stream's policy.
