@@ -251,8 +251,9 @@ func TestClusterRetentionBoundsDisk(t *testing.T) {
 
 // A stream with a backlog quota and producer_exception: once a
 // subscription's backlog is over the quota, sends are refused with
-// ProducerBlockedQuotaExceededError; once it acknowledges, sends go
-// through again.
+// ProducerBlockedQuotaExceededError; a larger quota set afterwards lets
+// them through; once the subscription acknowledges, sends go through
+// again.
 func TestClusterBacklogQuotaRefusesProducers(t *testing.T) {
 	nodes := startCluster(t, 3, retentionArgs...)
 	ctx := testContext(t, 3*time.Minute)
@@ -303,6 +304,25 @@ func TestClusterBacklogQuotaRefusesProducers(t *testing.T) {
 	if _, err := prod.Send(ctx, &client.ProducerMessage{Payload: payload}); transport.CodeOf(err) != transport.CodeBacklogQuotaExceeded {
 		t.Fatalf("a send with the backlog still over the quota: %v", err)
 	}
+	// The policy can change after creation: a larger quota lets sends
+	// through, the first one back refuses them again.
+	send := func() error {
+		_, err := prod.Send(ctx, &client.ProducerMessage{Payload: payload})
+		if err == nil {
+			sent++
+		} else if transport.CodeOf(err) != transport.CodeBacklogQuotaExceeded {
+			t.Fatalf("send: %v", err)
+		}
+		return err
+	}
+	if err := c.SetRetention(ctx, stream, client.RetentionPolicy{BacklogQuotaBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "sends accepted under a larger quota", func() bool { return send() == nil })
+	if err := c.SetRetention(ctx, stream, client.RetentionPolicy{BacklogQuotaBytes: quota}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "sends refused under the first quota again", func() bool { return send() != nil })
 	// The consumer catches up: sends go through again.
 	for range sent {
 		m, err := cons.Receive(ctx)
@@ -313,11 +333,5 @@ func TestClusterBacklogQuotaRefusesProducers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(ctx, t, "sends accepted again", func() bool {
-		_, err := prod.Send(ctx, &client.ProducerMessage{Payload: payload})
-		if err != nil && transport.CodeOf(err) != transport.CodeBacklogQuotaExceeded {
-			t.Fatalf("send after the consumer caught up: %v", err)
-		}
-		return err == nil
-	})
+	eventually(ctx, t, "sends accepted again", func() bool { return send() == nil })
 }
