@@ -203,28 +203,42 @@ func TestClusterRetentionBoundsDisk(t *testing.T) {
 	stopConsumer()
 	wg.Wait()
 	var start uint64
-	eventually(ctx, t, "every replica at the same start offset, trimmed", func() bool {
-		var starts []uint64
-		for _, n := range nodes {
-			nc, err := client.New(client.Options{URL: n.url(), OperationTimeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
+	sameStart := func(what string) {
+		t.Helper()
+		eventually(ctx, t, what, func() bool {
+			var starts []uint64
+			for _, n := range nodes {
+				nc, err := client.New(client.Options{URL: n.url(), OperationTimeout: 5 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				info, err := nc.DescribeStreamLocal(ctx, stream)
+				nc.Close()
+				if err != nil || len(info.Partitions) != 1 {
+					return false
+				}
+				p := info.Partitions[0]
+				if p.LogBytes > 1<<20 {
+					return false
+				}
+				starts = append(starts, p.StartOffset)
 			}
-			info, err := nc.DescribeStreamLocal(ctx, stream)
-			nc.Close()
-			if err != nil || len(info.Partitions) != 1 {
-				return false
-			}
-			p := info.Partitions[0]
-			if p.LogBytes > 1<<20 {
-				return false
-			}
-			starts = append(starts, p.StartOffset)
-		}
-		start = starts[0]
-		return start > 0 && starts[1] == start && starts[2] == start
-	})
+			start = starts[0]
+			return start > 0 && starts[1] == start && starts[2] == start
+		})
+	}
+	sameStart("every replica at the same start offset, trimmed")
 	t.Logf("start offset %d on every replica", start)
+	// A replica restarted from its snapshot and log agrees too.
+	if err := nodes[2].stop(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].restart(t)
+	before := start
+	sameStart("every replica at the same start offset after a restart")
+	if start < before {
+		t.Fatalf("the start went back from %d to %d over a restart", before, start)
+	}
 	// A new subscription from the earliest message starts at the
 	// partition's start (which may have moved on since, as the last acks
 	// of "work" commit, but never past a subscription).
