@@ -114,8 +114,8 @@ type retentionDecision struct {
 //     published before it;
 //   - a backlog over the quota either refuses producers (producer_exception)
 //     or is evicted, oldest whole segments first, by moving the slowest
-//     cursors past them (consumer_backlog_eviction; the active segment is
-//     never evicted, so a quota should span several segments);
+//     cursors past them, then inside the active segment as far as its
+//     share of the bytes says (consumer_backlog_eviction);
 //   - sealed segments acknowledged by every subscription (every segment,
 //     when there is none) are deleted, oldest first, unless the retention
 //     limits keep them: a segment goes once its newest message is older
@@ -149,7 +149,14 @@ func decideRetention(in retentionInput) retentionDecision {
 		if q := in.Policy.BacklogQuotaBytes; q > 0 && in.Policy.BacklogQuotaPolicy == transport.ConsumerBacklogEviction {
 			for backlogBytes(segs, slowest) > q {
 				i := segmentOf(segs, slowest)
-				if i < 0 || segs[i].Active {
+				if i < 0 {
+					break
+				}
+				if s := segs[i]; s.Active {
+					// Inside the active segment: as far as its share
+					// of the bytes says.
+					keep := uint64(float64(q) / float64(s.Bytes) * float64(s.NextOffset-s.BaseOffset))
+					slowest = max(slowest, s.NextOffset-min(keep, s.NextOffset-s.BaseOffset))
 					break
 				}
 				slowest = segs[i].NextOffset

@@ -349,3 +349,76 @@ func TestClusterBacklogQuotaRefusesProducers(t *testing.T) {
 	}
 	eventually(ctx, t, "sends accepted again", func() bool { return send() == nil })
 }
+
+// consumer_backlog_eviction keeps producing possible past the quota by
+// moving a subscription that never acknowledges past the oldest backlog;
+// a message TTL acknowledges old messages on such a subscription's behalf.
+func TestClusterBacklogEvictionAndTTL(t *testing.T) {
+	nodes := startCluster(t, 3, retentionArgs...)
+	ctx := testContext(t, 3*time.Minute)
+	c := newClient(t, clusterURL(nodes))
+	const evicted, expiring = "persistent://acme/retain/evicted", "persistent://acme/retain/expiring"
+	const quota = 256 << 10
+	if err := c.CreateStream(ctx, evicted, 1, 3, client.WithRetention(client.RetentionPolicy{
+		BacklogQuotaBytes: quota, BacklogQuotaPolicy: client.ConsumerBacklogEviction,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateStream(ctx, expiring, 1, 3, client.WithRetention(client.RetentionPolicy{MessageTTLMs: 1000})); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 4<<10)
+	for _, stream := range []string{evicted, expiring} {
+		cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "idle", SubscriptionInitialPosition: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		// Few messages in flight: many entries, many segments.
+		prod, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, MaxPendingMessages: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prod.Close()
+		// 4 MiB, 16 times the quota.
+		var mu sync.Mutex
+		var failed []error
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Add(1)
+			prod.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+		}
+		wg.Wait()
+		if len(failed) > 0 {
+			t.Fatalf("%s: %d sends failed, first: %v", stream, len(failed), failed[0])
+		}
+	}
+	// Evicted: the subscription was moved past the oldest segments, which
+	// are gone; what is left of its backlog is within a segment of the
+	// quota.
+	eventually(ctx, t, "backlog evicted to the quota", func() bool {
+		info, err := c.DescribeStream(ctx, evicted)
+		if err != nil || len(info.Partitions) != 1 || len(info.Partitions[0].Subscriptions) != 1 {
+			return false
+		}
+		p := info.Partitions[0]
+		s := p.Subscriptions[0]
+		return p.StartOffset > 0 && s.MarkDelete+1 >= int64(p.StartOffset) && s.Backlog*uint64(len(payload)) <= quota+128<<10
+	})
+	// Expiring: every message is past its TTL and acknowledged.
+	eventually(ctx, t, "messages past their TTL acknowledged", func() bool {
+		info, err := c.DescribeStream(ctx, expiring)
+		if err != nil || len(info.Partitions) != 1 || len(info.Partitions[0].Subscriptions) != 1 {
+			return false
+		}
+		p := info.Partitions[0]
+		return p.Subscriptions[0].Backlog == 0 && p.Subscriptions[0].MarkDelete == int64(p.NextOffset)-1
+	})
+}
