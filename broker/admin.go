@@ -96,16 +96,20 @@ func (n *Node) stream(name string) (geofabric.Stream, streamMeta, error) {
 func (s *session) createStream(c *transport.CreateStream) {
 	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
 	defer cancel()
-	if err := s.n.createStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas)); err != nil {
+	var retention transport.RetentionPolicy
+	if c.Retention != nil {
+		retention = *c.Retention
+	}
+	if err := s.n.createStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), retention); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
-// createStream records a stream in the metadata group and waits until its
-// partitions on this node have leaders.
-func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int) error {
+// createStream records a stream with its retention policy in the metadata
+// group and waits until its partitions on this node have leaders.
+func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
@@ -120,6 +124,9 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 		replicas = 1
 	}
 	if err := geofabric.ValidatePartitions(partitions); err != nil {
+		return wireError(transport.CodeInvalidArgument, "%v", err)
+	}
+	if err := validRetention(retention); err != nil {
 		return wireError(transport.CodeInvalidArgument, "%v", err)
 	}
 	if _, ok := n.catalog.stream(st.String()); ok {
@@ -137,7 +144,7 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	if err != nil {
 		return err
 	}
-	data, err := encodeEntry(metaCreateStream, streamMeta{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement})
+	data, err := encodeEntry(metaCreateStream, streamMeta{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: retention})
 	if err != nil {
 		return err
 	}
@@ -190,6 +197,39 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
+func (s *session) setRetention(c *transport.SetRetention) {
+	st, _, err := s.n.stream(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	if err := validRetention(c.Retention); err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "%v", err))
+		return
+	}
+	if !s.n.meta.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader())
+		return
+	}
+	data, err := encodeEntry(metaSetRetention, setRetentionEntry{Stream: st.String(), Retention: c.Retention})
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
+	defer cancel()
+	res, err := s.n.meta.Apply(ctx, data)
+	if err != nil {
+		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
+		return
+	}
+	if ok, _ := res.(bool); !ok {
+		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+		return
+	}
+	s.reply(&transport.Success{RequestID: c.RequestID})
+}
+
 func (s *session) listStreams(c *transport.ListStreams) {
 	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
 	if err != nil {
@@ -212,7 +252,7 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	info := transport.StreamInfo{Stream: meta.Name, Replicas: int32(meta.Replicas)}
+	info := transport.StreamInfo{Stream: meta.Name, Replicas: int32(meta.Replicas), Retention: meta.Retention}
 	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= meta.Partitions) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", meta.Name, meta.Partitions-1, *c.Partition))
 		return
@@ -231,8 +271,13 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		if lp, ok := s.n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
 			pi.Leader = nodeOfReplica(id)
-			li := lp.log.Info()
-			pi.StartOffset, pi.NextOffset = li.StartOffset, li.NextOffset
+			// The replicated start, not this copy's own: every replica
+			// answers the same.
+			pi.StartOffset, pi.NextOffset = lp.fsm.startOffset(), lp.fsm.nextOffset()
+			pi.LogBytes = lp.log.Info().Bytes
+			if q := lp.quota.Load(); q != nil && lp.group.IsLeader() {
+				pi.BacklogQuotaExceeded = q.exceeded
+			}
 			pi.Subscriptions = lp.describeSubscriptions()
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is

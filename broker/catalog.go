@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // Metadata entry types. Never renumber.
@@ -20,6 +22,7 @@ const (
 	metaDeleteStream
 	metaReplaceReplica
 	metaRenewReplica
+	metaSetRetention
 )
 
 // nodeInfo is a node as the metadata group knows it.
@@ -51,6 +54,9 @@ type streamMeta struct {
 	// never its old copy with the old copy's stale configuration. Missing
 	// entries (catalogs written before it existed) are 0.
 	Since [][]uint64 `msgpack:"si,omitempty"`
+	// Retention is the stream's retention, backlog quota and message TTL
+	// policy; partition leaders apply it.
+	Retention transport.RetentionPolicy `msgpack:"rt"`
 }
 
 // since returns when replica j of partition i was placed (see Since).
@@ -88,6 +94,12 @@ type renewReplicaEntry struct {
 	Stream    string `msgpack:"s"`
 	Partition int    `msgpack:"p"`
 	Member    string `msgpack:"m"`
+}
+
+// setRetentionEntry replaces a stream's retention policy.
+type setRetentionEntry struct {
+	Stream    string                    `msgpack:"s"`
+	Retention transport.RetentionPolicy `msgpack:"rt"`
 }
 
 type deleteStreamEntry struct {
@@ -180,6 +192,15 @@ func (c *catalog) Apply(l *raft.Log) any {
 		var e renewReplicaEntry
 		if err = msgpack.Unmarshal(body, &e); err == nil {
 			res = c.renewLocked(e, l.Index)
+		}
+	case metaSetRetention:
+		var e setRetentionEntry
+		if err = msgpack.Unmarshal(body, &e); err == nil {
+			s := c.state.Streams[e.Stream]
+			if s != nil {
+				s.Retention = e.Retention
+			}
+			res = s != nil
 		}
 	default:
 		c.mu.Unlock()

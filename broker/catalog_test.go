@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 func applyMeta(t *testing.T, c *catalog, index uint64, typ entryType, body any) any {
@@ -74,5 +76,42 @@ func TestRenewReplica(t *testing.T) {
 	s, _ = c.stream("persistent://t/f/s")
 	if got := s.replicaIDs(0)[1]; got != "n2@5" {
 		t.Fatalf("member %s after a stale renewal", got)
+	}
+}
+
+// A stream keeps the retention policy it was created with until one
+// replaces it; a policy for a stream that does not exist changes nothing.
+func TestCatalogRetention(t *testing.T) {
+	c := newCatalog(nil)
+	want := transport.RetentionPolicy{RetentionTimeMs: 60_000, BacklogQuotaBytes: 1 << 20}
+	applyMeta(t, c, 1, metaCreateStream, streamMeta{Name: "persistent://t/f/s", Partitions: 1, Replicas: 1,
+		Placement: [][]string{{"n1"}}, Retention: want})
+	if s, _ := c.stream("persistent://t/f/s"); s.Retention != want {
+		t.Fatalf("created with %+v, want %+v", s.Retention, want)
+	}
+	want = transport.RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: -1}
+	if ok := applyMeta(t, c, 2, metaSetRetention, setRetentionEntry{Stream: "persistent://t/f/s", Retention: want}); ok != true {
+		t.Fatalf("set retention answered %v", ok)
+	}
+	if s, _ := c.stream("persistent://t/f/s"); s.Retention != want {
+		t.Fatalf("after set %+v, want %+v", s.Retention, want)
+	}
+	if ok := applyMeta(t, c, 3, metaSetRetention, setRetentionEntry{Stream: "persistent://t/f/gone", Retention: want}); ok != false {
+		t.Fatalf("set retention of a missing stream answered %v", ok)
+	}
+	snap, err := c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	r := newCatalog(nil)
+	if err := r.Restore(nopCloser(sink.buf)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := r.stream("persistent://t/f/s"); s.Retention != want {
+		t.Fatalf("restored %+v, want %+v", s.Retention, want)
 	}
 }

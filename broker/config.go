@@ -6,11 +6,23 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/fabriq-io/fabriq/storage"
 )
 
 // MaxMessageBytesLimit is the largest MaxMessageBytes: a Raft entry holds
 // at least one message and must fit in one storage batch.
 const MaxMessageBytesLimit = 10 << 20
+
+// minSegmentBytes is the smallest Config.SegmentBytes: smaller segments
+// only multiply files.
+const minSegmentBytes = 4 << 10
+
+// DefaultSegmentBytes is the default Config.SegmentBytes.
+const DefaultSegmentBytes = 64 << 20
+
+// defaultRetentionInterval is the default Config.RetentionInterval.
+const defaultRetentionInterval = 5 * time.Second
 
 // Config configures a Node. The zero value of every field but NodeID and
 // DataDir means its default.
@@ -55,8 +67,22 @@ type Config struct {
 	// reserve off (an append that then fails stops the partition on this
 	// node, see DESIGN.md).
 	MinFreeDisk int64
+	// SegmentBytes is the size at which a partition's log starts a new
+	// segment file; retention deletes whole segments. Default 64 MiB, at
+	// most storage.MaxSegmentBytes.
+	SegmentBytes int64
+	// RetentionInterval is how often a partition leader applies its
+	// stream's retention policy, message TTL and backlog quota. Default
+	// 5s.
+	RetentionInterval time.Duration
 	// Raft tunes every Raft group of the node.
 	Raft RaftTimings
+	// RaftSnapshots tunes when every Raft group of the node compacts its
+	// log; zero fields take hashicorp/raft's defaults through
+	// cluster.DefaultGroupConfig. Between compactions a group's Raft log
+	// holds up to SnapshotThreshold+TrailingLogs entries on disk beside
+	// the partition's log, whatever its retention.
+	RaftSnapshots RaftSnapshots
 	// Subscriptions tunes subscriptions; zero fields take their defaults.
 	Subscriptions SubscriptionLimits
 	// Limits bound what clients may hold on the node; zero fields take
@@ -74,6 +100,19 @@ type RaftTimings struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 	CommitTimeout    time.Duration
+}
+
+// RaftSnapshots say when a Raft group snapshots and compacts its log;
+// zero means the default.
+type RaftSnapshots struct {
+	// Interval is how often a group checks whether to snapshot.
+	// Default 120s.
+	Interval time.Duration
+	// Threshold is how many new entries make a snapshot. Default 8192.
+	Threshold uint64
+	// TrailingLogs is how many entries a compaction keeps, for followers
+	// slightly behind. Default 10240.
+	TrailingLogs uint64
 }
 
 // SubscriptionLimits tune how subscriptions dispatch (SEMANTICS.md).
@@ -272,6 +311,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = d.Version
 	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = defaultRetentionInterval
+	}
 	if c.ReplaceDeadAfter == 0 {
 		c.ReplaceDeadAfter = 5 * time.Minute
 	}
@@ -308,6 +353,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker: MaxMessageBytes must be in 1..%d, not %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	case c.MinFreeDisk > 0 && c.MinFreeDisk < minMinFreeDisk:
 		return fmt.Errorf("broker: MinFreeDisk of %d bytes is below the smallest reserve, %d bytes (1 MiB); negative turns it off", c.MinFreeDisk, minMinFreeDisk)
+	case c.SegmentBytes < minSegmentBytes || c.SegmentBytes > storage.MaxSegmentBytes:
+		return fmt.Errorf("broker: SegmentBytes must be in %d..%d, not %d", minSegmentBytes, storage.MaxSegmentBytes, c.SegmentBytes)
+	case c.RetentionInterval < 0:
+		return fmt.Errorf("broker: RetentionInterval must not be negative, not %v", c.RetentionInterval)
 	}
 	return c.Limits.validate()
 }

@@ -781,10 +781,10 @@ func (d *dispatcher) countLocked(off uint64) {
 
 // readTrimmed moves the read position past what retention removed.
 func (d *dispatcher) readTrimmed(epoch uint64) {
-	info := d.p.log.Info()
+	start := d.p.fsm.startOffset()
 	d.mu.Lock()
-	if d.epoch == epoch && d.readPos < info.StartOffset {
-		d.readPos = info.StartOffset
+	if d.epoch == epoch && d.readPos < start {
+		d.readPos = start
 	}
 	d.mu.Unlock()
 }
@@ -813,7 +813,7 @@ func (d *dispatcher) dispatchOnce() bool {
 		if len(batch) == limit {
 			break
 		}
-		msgs, err := d.p.log.Read(off, 1, maxPushBytes)
+		msgs, err := d.p.read(off, 1, maxPushBytes)
 		if errors.Is(err, storage.ErrTrimmed) {
 			used = append(used, off) // trimmed by retention: nothing to resend
 			continue
@@ -827,7 +827,7 @@ func (d *dispatcher) dispatchOnce() bool {
 	}
 	resent := len(batch)
 	if len(batch) < limit {
-		msgs, err := d.p.log.Read(readPos, limit-len(batch), maxPushBytes)
+		msgs, err := d.p.read(readPos, limit-len(batch), maxPushBytes)
 		if errors.Is(err, storage.ErrTrimmed) {
 			d.readTrimmed(epoch)
 			return true
@@ -983,7 +983,7 @@ func (d *dispatcher) dispatchKeys() bool {
 	data := make(map[uint64]storage.Message, len(want))
 	trimmed := map[uint64]bool{}
 	for _, off := range want {
-		msgs, err := d.p.log.Read(off, 1, maxPushBytes)
+		msgs, err := d.p.read(off, 1, maxPushBytes)
 		switch {
 		case err == nil && len(msgs) > 0:
 			data[off] = msgs[0]
@@ -995,7 +995,7 @@ func (d *dispatcher) dispatchKeys() bool {
 	}
 	var fresh []storage.Message
 	if lookAhead > 0 {
-		msgs, err := d.p.log.Read(readPos, min(maxPush, lookAhead), maxPushBytes)
+		msgs, err := d.p.read(readPos, min(maxPush, lookAhead), maxPushBytes)
 		if errors.Is(err, storage.ErrTrimmed) {
 			d.readTrimmed(epoch)
 			return true

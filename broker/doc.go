@@ -8,7 +8,10 @@
 // state and every subscription's cursor. Its snapshot is the state, then the
 // log's hard-linked snapshot, so taking one does not copy the log. Only the
 // partition's leader dispatches messages to consumers; acks and
-// subscription changes go through Raft.
+// subscription changes go through Raft. Retention too: the leader applies
+// its stream's policy (retention time and size, backlog quota, message
+// TTL) and proposes the partition's new start offset, which every replica
+// applies by deleting whole segments below it.
 //
 // The node keeps a free-space reserve on its data directory (MinFreeDisk):
 // below it leaders refuse sends with DiskFull before proposing them. A

@@ -34,6 +34,7 @@ const (
 	entrySeek
 	entryJoin
 	entryLeave
+	entryRetain
 )
 
 // sendEntry is a group of producers' batches committed as one Raft entry.
@@ -302,6 +303,10 @@ type fsmState struct {
 	Next      uint64                    `msgpack:"n"`
 	Producers map[string]*producerState `msgpack:"p"`
 	Subs      map[string]*subState      `msgpack:"s"`
+	// Start is the first offset the partition serves, as retention
+	// entries set it: every replica serves from here, whatever its own
+	// log still holds below it.
+	Start uint64 `msgpack:"st,omitempty"`
 }
 
 // fsm is a partition's Raft state machine: it appends committed batches to
@@ -410,7 +415,7 @@ func (f *fsm) apply(l *raft.Log) (res any, next uint64, failed error) {
 		var e seekEntry
 		if err = msgpack.Unmarshal(body, &e); err == nil {
 			if s := f.state.Subs[e.Name]; s != nil {
-				s.Cursor.Reset(e.Offset)
+				s.Cursor.Reset(max(e.Offset, f.state.Start))
 				s.Redeliveries = nil
 			} else {
 				res = errSubscriptionNotFound
@@ -418,6 +423,8 @@ func (f *fsm) apply(l *raft.Log) (res any, next uint64, failed error) {
 		}
 	case entryJoin:
 		res, err = f.applyJoin(l.Index, body)
+	case entryRetain:
+		err = f.applyRetain(body)
 	case entryLeave:
 		var e leaveEntry
 		if err = msgpack.Unmarshal(body, &e); err == nil {
@@ -571,7 +578,7 @@ func (f *fsm) applyCreateSubscription(body []byte) (createResult, error) {
 	}
 	floor := f.state.Next // latest (SUB-3): nothing before now
 	if e.Initial == transport.Earliest {
-		floor = f.log.Info().StartOffset
+		floor = f.state.Start
 	}
 	f.state.Subs[e.Name] = &subState{Mode: e.Mode, Cursor: subscription.NewCursor(floor)}
 	return createResult{Created: true, Mode: e.Mode}, nil
@@ -607,7 +614,7 @@ func (f *fsm) applyJoin(index uint64, body []byte) (joinResult, error) {
 	if !ok {
 		floor := f.state.Next // latest (SUB-3): nothing before now
 		if e.Initial == transport.Earliest {
-			floor = f.log.Info().StartOffset
+			floor = f.state.Start
 		}
 		s = &subState{Mode: e.Mode, Cursor: subscription.NewCursor(floor)}
 		f.state.Subs[e.Sub] = s
@@ -878,6 +885,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.state = st
+	f.trimLocked()
 	f.mu.Unlock()
 	if f.applied != nil {
 		f.applied(st.Next, false)

@@ -249,6 +249,15 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	if t := n.cfg.Raft; t.CommitTimeout > 0 {
 		cfg.CommitTimeout = t.CommitTimeout
 	}
+	if t := n.cfg.RaftSnapshots; t.Interval > 0 {
+		cfg.SnapshotInterval = t.Interval
+	}
+	if t := n.cfg.RaftSnapshots; t.Threshold > 0 {
+		cfg.SnapshotThreshold = t.Threshold
+	}
+	if t := n.cfg.RaftSnapshots; t.TrailingLogs > 0 {
+		cfg.TrailingLogs = t.TrailingLogs
+	}
 	cfg.FSM = fsm
 	cfg.Expand = expand
 	return cfg
@@ -666,7 +675,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	if err := n.claimPartitionDir(dir, self); err != nil {
 		return nil, err
 	}
-	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{Logger: n.logger.With("partition", name)})
+	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{SegmentMaxBytes: n.cfg.SegmentBytes, Logger: n.logger.With("partition", name)})
 	if err != nil {
 		return nil, err
 	}
@@ -689,6 +698,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
 	pcfg.MaxSubscriptions = n.cfg.Limits.MaxSubscriptionsPerPartition
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
+	pcfg.RetentionInterval = n.cfg.RetentionInterval
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
 	gcfg.NodeID = self
 	gcfg.Retired = retired
@@ -720,6 +730,13 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		return nil, err
 	}
 	p := newPartition(name, pcfg, log, f, g, n.logger, func() error { return n.notLeaderError(name, g) })
+	if pn, err := geofabric.ParsePartition(name); err == nil {
+		stream := pn.Stream.String()
+		p.policy = func() (transport.RetentionPolicy, bool) {
+			s, ok := n.catalog.stream(stream)
+			return s.Retention, ok
+		}
+	}
 	p.onLeadership = func(l cluster.Leadership) {
 		if !l.IsLeader || g.Retired() {
 			return

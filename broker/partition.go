@@ -53,6 +53,9 @@ type partitionConfig struct {
 	SweepInterval time.Duration
 	// MaxSubscriptions bounds the durable subscriptions; zero: no bound.
 	MaxSubscriptions int
+	// RetentionInterval is how often the leader applies the stream's
+	// retention policy and checks its backlog quota.
+	RetentionInterval time.Duration
 }
 
 func defaultPartitionConfig() partitionConfig {
@@ -64,6 +67,7 @@ func defaultPartitionConfig() partitionConfig {
 		MaxMessageBytes:    5 << 20,
 		SubscriptionLimits: DefaultSubscriptionLimits(),
 		SweepInterval:      250 * time.Millisecond,
+		RetentionInterval:  defaultRetentionInterval,
 	}
 }
 
@@ -110,6 +114,11 @@ type partition struct {
 	// disk is the node's free-space reserve, checked before a send is
 	// proposed; nil admits every send.
 	disk *diskReserve
+	// policy returns the stream's retention policy, false while the
+	// stream is not in the catalog. Nil applies no retention.
+	policy func() (transport.RetentionPolicy, bool)
+	// quota is the backlog quota as the last retention pass found it.
+	quota atomic.Pointer[quotaState]
 
 	sends    chan *sendReq
 	acks     chan *ackReq
@@ -159,12 +168,13 @@ func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g 
 
 // start runs the write, ack and leadership loops.
 func (p *partition) start() {
-	p.wg.Add(5)
+	p.wg.Add(6)
 	go p.proposeLoop()
 	go p.commitLoop()
 	go p.ackLoop()
 	go p.leaderLoop(p.group.WatchLeader())
 	go p.sweepLoop()
+	go p.retentionLoop()
 }
 
 // leaderLoop follows the group's leadership: when this node stops leading,
@@ -287,6 +297,12 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 	if !p.group.IsLeader() {
 		r.done(nil, p.notLeader())
 		return
+	}
+	if len(r.msgs) > 0 {
+		if err := p.checkQuota(); err != nil {
+			r.done(nil, err)
+			return
+		}
 	}
 	r.size = entrySize(r.producer, r.msgs)
 	if r.size > p.cfg.MaxEntryBytes {
@@ -672,12 +688,12 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 		if _, _, durable := p.fsm.cursor(r.sub); durable {
 			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
 		}
-		info := p.log.Info()
+		start := p.fsm.startOffset()
 		switch {
 		case r.start != nil:
-			pos = min(max(*r.start, info.StartOffset), p.fsm.nextOffset())
+			pos = min(max(*r.start, start), p.fsm.nextOffset())
 		case r.initial == transport.Earliest:
-			pos = info.StartOffset
+			pos = start
 		default:
 			pos = p.fsm.nextOffset()
 		}

@@ -487,6 +487,8 @@ func (s *session) handle(cmd transport.Command) {
 		s.createStream(c)
 	case *transport.DeleteStream:
 		s.deleteStream(c)
+	case *transport.SetRetention:
+		s.setRetention(c)
 	case *transport.ListStreams:
 		s.listStreams(c)
 	case *transport.DescribeStream:
@@ -845,7 +847,7 @@ func (s *session) seek(c *transport.Seek) {
 		offset = next
 	}
 	if !sc.d.durable {
-		sc.d.seekReader(max(offset, sc.p.log.Info().StartOffset))
+		sc.d.seekReader(max(offset, sc.p.fsm.startOffset()))
 		s.reply(&transport.Success{RequestID: c.RequestID})
 		return
 	}

@@ -41,14 +41,55 @@ func leaderHint(err error) string {
 	return ""
 }
 
+// RetentionPolicy is a stream's retention, backlog quota and message TTL
+// (see transport.RetentionPolicy for the rules).
+type RetentionPolicy = transport.RetentionPolicy
+
+// Backlog quota policies: what a partition does when a subscription's
+// backlog is over the quota.
+const (
+	// ProducerException refuses sends with a BacklogQuotaExceeded error.
+	ProducerException = transport.ProducerException
+	// ConsumerBacklogEviction acknowledges the oldest backlog on behalf of
+	// the slowest subscriptions.
+	ConsumerBacklogEviction = transport.ConsumerBacklogEviction
+)
+
+// StreamOption sets a property of a stream CreateStream creates.
+type StreamOption func(*transport.CreateStream)
+
+// WithRetention gives a stream a retention policy. Without it acknowledged
+// messages are deleted, whole segments at a time, as soon as every
+// subscription has acknowledged them, and the backlog has no quota.
+func WithRetention(p RetentionPolicy) StreamOption {
+	return func(c *transport.CreateStream) { c.Retention = &p }
+}
+
 // CreateStream creates a stream with partitions partitions, each
 // replicated on replicas nodes.
-func (c *Client) CreateStream(ctx context.Context, stream string, partitions, replicas int) error {
+func (c *Client) CreateStream(ctx context.Context, stream string, partitions, replicas int, opts ...StreamOption) error {
+	if _, err := geofabric.ParseStream(stream); err != nil {
+		return err
+	}
+	var o transport.CreateStream
+	for _, opt := range opts {
+		opt(&o)
+	}
+	_, err := c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.CreateStream{RequestID: id, Stream: stream, Partitions: int32(partitions), Replicas: int32(replicas), Retention: o.Retention}
+	})
+	return err
+}
+
+// SetRetention replaces a stream's retention policy. Partition leaders
+// apply it at their next retention pass; a policy that keeps less deletes
+// the segments it no longer keeps then.
+func (c *Client) SetRetention(ctx context.Context, stream string, p RetentionPolicy) error {
 	if _, err := geofabric.ParseStream(stream); err != nil {
 		return err
 	}
 	_, err := c.admin(ctx, func(id uint64) transport.Command {
-		return &transport.CreateStream{RequestID: id, Stream: stream, Partitions: int32(partitions), Replicas: int32(replicas)}
+		return &transport.SetRetention{RequestID: id, Stream: stream, Retention: p}
 	})
 	return err
 }

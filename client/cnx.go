@@ -180,6 +180,8 @@ func requestIDOf(cmd transport.Command) uint64 {
 		return c.RequestID
 	case *transport.DeleteStream:
 		return c.RequestID
+	case *transport.SetRetention:
+		return c.RequestID
 	case *transport.ListStreams:
 		return c.RequestID
 	case *transport.DescribeStream:

@@ -10,7 +10,7 @@
 //
 // Main types:
 //
-//   - Log: Open, Append, Read, OffsetForTime, Retain, Sync, Close.
+//   - Log: Open, Append, Read, OffsetForTime, Retain, TrimBefore, Segments, Sync, Close.
 //   - Message: one message with its key, ordering key, properties, times,
 //     producer name, sequence id and payload.
 //   - Snapshot: a point-in-time view of a Log, made of hard links (its cost

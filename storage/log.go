@@ -501,7 +501,7 @@ func (l *Log) OffsetForTime(t int64) (uint64, error) {
 	return l.active().next, nil
 }
 
-// RetainResult says what Retain deleted.
+// RetainResult says what Retain or TrimBefore deleted.
 type RetainResult struct {
 	Segments    int
 	Messages    uint64
@@ -521,17 +521,43 @@ func (l *Log) Retain(now time.Time, floor uint64) (RetainResult, error) {
 	if err := l.usable(); err != nil {
 		return RetainResult{}, err
 	}
-	var res RetainResult
 	var total int64
 	for _, s := range l.segments {
 		total += s.size
 	}
 	cutoff := now.Add(-l.cfg.RetentionMaxAge).UnixMilli()
-	for len(l.segments) > 1 {
-		s := l.segments[0]
+	return l.deleteOldest(func(s *segment) bool {
 		byAge := l.cfg.RetentionMaxAge > 0 && s.maxTime < cutoff
 		bySize := l.cfg.RetentionMaxBytes > 0 && total > l.cfg.RetentionMaxBytes
 		if s.next > floor || !(byAge || bySize) {
+			return false
+		}
+		total -= s.size
+		return true
+	})
+}
+
+// TrimBefore deletes the whole sealed segments, oldest first, whose every
+// offset is below start: the log then starts at the segment boundary at or
+// below start. It is how a caller that decides retention itself (a
+// replicated state machine, so that every replica trims at the same
+// offset) applies its decision. The active segment is never deleted.
+func (l *Log) TrimBefore(start uint64) (RetainResult, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return RetainResult{}, err
+	}
+	return l.deleteOldest(func(s *segment) bool { return s.next <= start })
+}
+
+// deleteOldest deletes sealed segments, oldest first, while del says so.
+// The caller holds mu.
+func (l *Log) deleteOldest(del func(*segment) bool) (RetainResult, error) {
+	var res RetainResult
+	for len(l.segments) > 1 {
+		s := l.segments[0]
+		if !del(s) {
 			break
 		}
 		s.f.Close()
@@ -542,7 +568,6 @@ func (l *Log) Retain(now time.Time, floor uint64) (RetainResult, error) {
 			return res, err
 		}
 		l.segments = l.segments[1:]
-		total -= s.size
 		res.Segments++
 		res.Messages += s.next - s.base
 		res.Bytes += s.size
@@ -552,6 +577,34 @@ func (l *Log) Retain(now time.Time, floor uint64) (RetainResult, error) {
 		return res, syncDir(l.dir)
 	}
 	return res, nil
+}
+
+// SegmentInfo describes one segment of a Log.
+type SegmentInfo struct {
+	BaseOffset uint64 // offset of its first message
+	NextOffset uint64 // offset after its last message
+	Bytes      int64
+	// MaxPublishTime is the largest publish time in it (ms since the
+	// epoch), 0 when it is empty.
+	MaxPublishTime int64
+	// Active is true for the last segment, the one appends go to; the
+	// others are sealed.
+	Active bool
+}
+
+// Segments returns the log's segments, oldest first; the last one is the
+// active segment.
+func (l *Log) Segments() []SegmentInfo {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]SegmentInfo, len(l.segments))
+	for i, s := range l.segments {
+		out[i] = SegmentInfo{BaseOffset: s.base, NextOffset: s.next, Bytes: s.size, Active: i == len(l.segments)-1}
+		if !s.empty() {
+			out[i].MaxPublishTime = s.maxTime
+		}
+	}
+	return out
 }
 
 // Sync makes every appended batch durable and records the sync mark that

@@ -1115,3 +1115,53 @@ func TestInstall(t *testing.T) {
 	}
 	sameMessages(t, want, got)
 }
+
+// TrimBefore deletes exactly the sealed segments wholly below the given
+// offset: the log starts at the segment boundary at or below it, the same
+// on every log holding the same segments, and Segments describes them.
+func TestTrimBefore(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallConfig())
+	all := fill(t, l, 1, 200)
+	segs := l.Segments()
+	if len(segs) < 4 {
+		t.Fatalf("want several segments, have %d", len(segs))
+	}
+	for i, s := range segs {
+		if s.Active != (i == len(segs)-1) || s.Bytes <= 0 || s.MaxPublishTime == 0 {
+			t.Fatalf("segment %d: %+v", i, s)
+		}
+		if i > 0 && s.BaseOffset != segs[i-1].NextOffset {
+			t.Fatalf("segment %d starts at %d, the one before ends at %d", i, s.BaseOffset, segs[i-1].NextOffset)
+		}
+	}
+	// Inside the third segment: the first two go, the third stays.
+	start := segs[2].BaseOffset + 1
+	res, err := l.TrimBefore(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Segments != 2 || res.StartOffset != segs[2].BaseOffset || res.Messages != segs[2].BaseOffset {
+		t.Fatalf("trim to %d: %+v, segments %+v", start, res, segs[:3])
+	}
+	if _, err := l.Read(segs[2].BaseOffset-1, 1, 1); !errors.Is(err, ErrTrimmed) {
+		t.Fatalf("read below the start: %v, want ErrTrimmed", err)
+	}
+	got, err := readAll(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, all[segs[2].BaseOffset:], got)
+	// A start past the end never deletes the active segment.
+	if _, err := l.TrimBefore(math.MaxUint64); err != nil {
+		t.Fatal(err)
+	}
+	if info := l.Info(); info.Segments != 1 || info.StartOffset != segs[len(segs)-1].BaseOffset {
+		t.Fatalf("after trimming everything: %+v", info)
+	}
+	info := l.Info()
+	l.Close()
+	if got := openLog(t, dir, smallConfig()).Info(); got != info {
+		t.Fatalf("after reopen %+v, before %+v", got, info)
+	}
+}

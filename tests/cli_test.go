@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // fabriqCLI runs the CLI as a script would and returns stdout, stderr and
@@ -194,5 +196,58 @@ func TestCLIContract(t *testing.T) {
 	out, errOut, code = fabriqCLI(t, url, "{\"payload\": \"good\"}\nnot json\n", "produce", stream, "--stdin")
 	if code == 0 || !strings.Contains(errOut, "line 2") || len(jsonLines(t, out)) != 1 {
 		t.Fatalf("bad stdin: status %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// stream create and set-retention take a retention policy in human units;
+// describe shows it; bad values are refused with a non-zero status.
+func TestCLIRetention(t *testing.T) {
+	n := startNode(t, "n1", t.TempDir())
+	url := n.url()
+	const stream = "persistent://acme/prod/kept"
+	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", stream, "--retention-time", "7d", "--retention-size", "1GiB",
+		"--backlog-quota-size", "10MiB", "--backlog-quota-policy", "consumer_backlog_eviction", "--message-ttl", "1h"); code != 0 {
+		t.Fatalf("stream create: %d %s %s", code, out, errOut)
+	}
+	describe := func() transport.RetentionPolicy {
+		t.Helper()
+		out, errOut, code := fabriqCLI(t, url, "", "stream", "describe", stream, "--json")
+		if code != 0 {
+			t.Fatalf("describe: %d %s", code, errOut)
+		}
+		var d struct {
+			Retention transport.RetentionPolicy `json:"retention"`
+		}
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatalf("describe --json: %v\n%s", err, out)
+		}
+		return d.Retention
+	}
+	want := transport.RetentionPolicy{RetentionTimeMs: 7 * 24 * 3600 * 1000, RetentionBytes: 1 << 30, BacklogQuotaBytes: 10 << 20,
+		BacklogQuotaPolicy: transport.ConsumerBacklogEviction, MessageTTLMs: 3600 * 1000}
+	if got := describe(); got != want {
+		t.Fatalf("created with %+v, want %+v", got, want)
+	}
+	if out, errOut, code := fabriqCLI(t, url, "", "stream", "set-retention", stream, "--retention-time", "-1", "--retention-size", "-1"); code != 0 ||
+		!strings.Contains(out, "kept forever") {
+		t.Fatalf("set-retention: %d %q %s", code, out, errOut)
+	}
+	if got := describe(); got != (transport.RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: -1}) {
+		t.Fatalf("after set-retention %+v", got)
+	}
+	out, _, _ := fabriqCLI(t, url, "", "stream", "describe", stream)
+	if !strings.Contains(out, "retention: acknowledged messages are kept forever") {
+		t.Fatalf("describe does not show the policy:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"stream", "create", "persistent://acme/prod/bad", "--retention-size", "lots"},
+		{"stream", "create", "persistent://acme/prod/bad", "--backlog-quota-policy", "drop"},
+		{"stream", "create", "persistent://acme/prod/bad", "--message-ttl", "-1"},
+		{"stream", "set-retention", "persistent://acme/prod/missing", "--retention-time", "1h"},
+	} {
+		out, errOut, code := fabriqCLI(t, url, "", args...)
+		if code == 0 || errOut == "" || out != "" {
+			t.Errorf("fabriq %v: status %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
 	}
 }

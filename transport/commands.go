@@ -1,5 +1,7 @@
 package transport
 
+import "fmt"
+
 // ProtocolVersion is the version of the protocol this package speaks. A
 // peer whose Connect names another version is refused with
 // CodeVersionMismatch.
@@ -47,6 +49,7 @@ const (
 	TypeClusterStatus
 	TypeClusterStatusResult
 	TypeRenewReplica
+	TypeSetRetention
 )
 
 // Command is one protocol command. Every command type is a pointer to one
@@ -311,6 +314,73 @@ type CreateStream struct {
 	Stream     string `msgpack:"s"`
 	Partitions int32  `msgpack:"p"`
 	Replicas   int32  `msgpack:"rf"`
+	// Retention is the stream's retention, backlog quota and message TTL
+	// policy; nil is the default (RetentionPolicy's zero value).
+	Retention *RetentionPolicy `msgpack:"rp,omitempty"`
+}
+
+// BacklogQuotaPolicy is what a partition does when a subscription's
+// backlog is over the stream's backlog quota.
+type BacklogQuotaPolicy uint8
+
+// Backlog quota policies; ProducerException is the default.
+const (
+	// ProducerException refuses sends with BacklogQuotaExceeded until the
+	// backlog is back under the quota.
+	ProducerException BacklogQuotaPolicy = iota
+	// ConsumerBacklogEviction acknowledges the oldest backlog on behalf of
+	// the slowest subscriptions until the backlog fits the quota.
+	ConsumerBacklogEviction
+)
+
+var backlogQuotaPolicyNames = [...]string{ProducerException: "producer_exception", ConsumerBacklogEviction: "consumer_backlog_eviction"}
+
+// String returns the policy's name, as Pulsar names it.
+func (p BacklogQuotaPolicy) String() string {
+	if int(p) < len(backlogQuotaPolicyNames) {
+		return backlogQuotaPolicyNames[p]
+	}
+	return fmt.Sprintf("BacklogQuotaPolicy(%d)", uint8(p))
+}
+
+// ParseBacklogQuotaPolicy returns the policy of a name: producer_exception
+// or consumer_backlog_eviction.
+func ParseBacklogQuotaPolicy(s string) (BacklogQuotaPolicy, error) {
+	for i, n := range backlogQuotaPolicyNames {
+		if s == n {
+			return BacklogQuotaPolicy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("backlog quota policy %q: must be producer_exception or consumer_backlog_eviction", s)
+}
+
+// RetentionPolicy is a stream's retention, backlog quota and message TTL,
+// as Pulsar's namespace policies of the same names. Messages acknowledged
+// by every subscription (every message, for a stream with none) are
+// deleted, whole segments at a time, unless the retention limits keep
+// them: an acknowledged segment goes once it is older than RetentionTimeMs
+// or the partition is larger than RetentionBytes. Zero in both deletes
+// acknowledged messages at once; -1 in one is no limit on that dimension
+// (-1 in both keeps everything); zero in only one of them is -1.
+type RetentionPolicy struct {
+	RetentionTimeMs int64 `msgpack:"rt,omitempty" json:"retention_time_ms"`
+	RetentionBytes  int64 `msgpack:"rb,omitempty" json:"retention_bytes"`
+	// BacklogQuotaBytes bounds, per partition, the bytes of the log from
+	// the slowest subscription's first unacknowledged message on; zero
+	// is no quota.
+	BacklogQuotaBytes  int64              `msgpack:"bq,omitempty" json:"backlog_quota_bytes"`
+	BacklogQuotaPolicy BacklogQuotaPolicy `msgpack:"bp,omitempty" json:"backlog_quota_policy"`
+	// MessageTTLMs acknowledges, on behalf of every subscription, the
+	// messages published longer ago than this; zero is no TTL.
+	MessageTTLMs int64 `msgpack:"ttl,omitempty" json:"message_ttl_ms"`
+}
+
+// SetRetention replaces a stream's retention policy; partition leaders
+// apply the new one at their next retention pass.
+type SetRetention struct {
+	RequestID uint64          `msgpack:"r"`
+	Stream    string          `msgpack:"s"`
+	Retention RetentionPolicy `msgpack:"rp"`
 }
 
 // DeleteStream deletes a stream; without Force it is refused while
@@ -353,6 +423,8 @@ type StreamInfo struct {
 	Stream     string          `msgpack:"s" json:"stream"`
 	Replicas   int32           `msgpack:"rf" json:"replicas"`
 	Partitions []PartitionInfo `msgpack:"p" json:"partitions"`
+	// Retention is the stream's policy.
+	Retention RetentionPolicy `msgpack:"rp,omitempty" json:"retention"`
 }
 
 // PartitionInfo describes one partition of a stream.
@@ -364,10 +436,17 @@ type PartitionInfo struct {
 	// node's replica knows it, once committed: server ids, NODE or
 	// NODE@INDEX for a replica placed by a move or renewed after damage
 	// (empty where the node holds no replica).
-	Members       []string           `msgpack:"mb,omitempty" json:"members,omitempty"`
-	StartOffset   uint64             `msgpack:"so" json:"start_offset"`
-	NextOffset    uint64             `msgpack:"no" json:"next_offset"`
-	Subscriptions []SubscriptionInfo `msgpack:"s" json:"subscriptions"`
+	Members []string `msgpack:"mb,omitempty" json:"members,omitempty"`
+	// StartOffset is the first offset the partition serves: where
+	// retention has trimmed it to, the same on every replica.
+	StartOffset uint64 `msgpack:"so" json:"start_offset"`
+	NextOffset  uint64 `msgpack:"no" json:"next_offset"`
+	// LogBytes is the size of the answering node's copy of the log.
+	LogBytes int64 `msgpack:"lb,omitempty" json:"log_bytes"`
+	// BacklogQuotaExceeded says the leader refuses sends: a
+	// subscription's backlog is over the stream's quota.
+	BacklogQuotaExceeded bool               `msgpack:"bqx,omitempty" json:"backlog_quota_exceeded,omitempty"`
+	Subscriptions        []SubscriptionInfo `msgpack:"s" json:"subscriptions"`
 }
 
 // SubscriptionInfo describes a subscription of one partition.
@@ -482,6 +561,7 @@ type ReplicaStatus struct {
 func (*ClusterStatus) Type() CommandType       { return TypeClusterStatus }
 func (*ClusterStatusResult) Type() CommandType { return TypeClusterStatusResult }
 func (*RenewReplica) Type() CommandType        { return TypeRenewReplica }
+func (*SetRetention) Type() CommandType        { return TypeSetRetention }
 
 func (*Connect) Type() CommandType                   { return TypeConnect }
 func (*Connected) Type() CommandType                 { return TypeConnected }
@@ -590,6 +670,8 @@ func newCommand(t CommandType) Command {
 		return new(ClusterStatus)
 	case TypeRenewReplica:
 		return new(RenewReplica)
+	case TypeSetRetention:
+		return new(SetRetention)
 	case TypeClusterStatusResult:
 		return new(ClusterStatusResult)
 	}

@@ -35,8 +35,9 @@ const (
 	// Send is stored or acknowledged; resending the same ids is refused
 	// again.
 	CodeOutOfOrderSequence
-	CodeLimitExceeded // a node's limit (connections, producers, consumers, subscriptions) is reached
-	CodeDiskFull      // the partition leader's disk is below its free-space reserve; retry later
+	CodeLimitExceeded        // a node's limit (connections, producers, consumers, subscriptions) is reached
+	CodeDiskFull             // the partition leader's disk is below its free-space reserve; retry later
+	CodeBacklogQuotaExceeded // a send refused: a subscription's backlog is over the stream's quota
 )
 
 var codeNames = map[ErrorCode]string{
@@ -63,6 +64,7 @@ var codeNames = map[ErrorCode]string{
 	CodeOutOfOrderSequence:   "OutOfOrderSequence",
 	CodeLimitExceeded:        "LimitExceeded",
 	CodeDiskFull:             "DiskFull",
+	CodeBacklogQuotaExceeded: "ProducerBlockedQuotaExceededError",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.

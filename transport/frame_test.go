@@ -61,15 +61,18 @@ func samples() []Command {
 		&CloseConsumer{RequestID: 9, ConsumerID: 9},
 		&ActiveConsumerChange{ConsumerID: 9, Active: true},
 		&CreateStream{RequestID: 10, Stream: "persistent://t/f/s", Partitions: 3, Replicas: 3},
+		&CreateStream{RequestID: 10, Stream: "persistent://t/f/s", Partitions: 1, Replicas: 3, Retention: &RetentionPolicy{
+			RetentionTimeMs: 3600_000, RetentionBytes: -1, BacklogQuotaBytes: 1 << 30, BacklogQuotaPolicy: ConsumerBacklogEviction, MessageTTLMs: 60_000}},
+		&SetRetention{RequestID: 18, Stream: "persistent://t/f/s", Retention: RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: 1 << 40}},
 		&DeleteStream{RequestID: 11, Stream: "persistent://t/f/s", Force: true},
 		&ListStreams{RequestID: 12, Fabric: "t/f"},
 		&ListStreamsResult{RequestID: 12, Streams: []string{"persistent://t/f/a", "persistent://t/f/b"}},
 		&DescribeStream{RequestID: 13, Stream: "persistent://t/f/s"},
 		&DescribeStreamResult{RequestID: 13, Info: StreamInfo{
-			Stream: "persistent://t/f/s", Replicas: 3,
+			Stream: "persistent://t/f/s", Replicas: 3, Retention: RetentionPolicy{RetentionTimeMs: 1000, BacklogQuotaBytes: 5},
 			Partitions: []PartitionInfo{{
 				Partition: 0, Leader: "node-1", Replicas: []string{"node-1", "node-2", "node-3"},
-				StartOffset: 10, NextOffset: 20,
+				StartOffset: 10, NextOffset: 20, LogBytes: 4096, BacklogQuotaExceeded: true,
 				Subscriptions: []SubscriptionInfo{{
 					Name: "sub", Mode: "key_shared", Backlog: 4, MarkDelete: 15,
 					Consumers: []ConsumerInfo{{Name: "c", Role: "master", Unacked: 2, Permits: 998}},
@@ -246,7 +249,7 @@ func TestReadFrameErrors(t *testing.T) {
 		{"array16 of 3", frame(0xdc, 0x00, 0x03, 0x03, 0x80, 0x80), ErrMalformed},
 		{"array32 of 4G", frame(0xdd, 0xff, 0xff, 0xff, 0xff, 0x03, 0x80), ErrMalformed},
 		{"type zero", frame(0x92, 0x00, 0x80), ErrMalformed},
-		{"type 37", frame(0x92, 37, 0x80), ErrMalformed},
+		{"first unknown type", frame(0x92, firstUnknownType(), 0x80), ErrMalformed},
 		{"type 255", frame(0x92, 0xcc, 0xff, 0x80), ErrMalformed},
 		{"type 259 as uint16", frame(0x92, 0xcd, 0x01, 0x03, 0x80), ErrMalformed},
 		{"negative type", frame(0x92, 0xff, 0x80), ErrMalformed},
@@ -542,4 +545,13 @@ func TestCodeOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// firstUnknownType returns the lowest command type that names no command.
+func firstUnknownType() byte {
+	t := byte(1)
+	for newCommand(CommandType(t)) != nil {
+		t++
+	}
+	return t
 }

@@ -39,6 +39,7 @@ var typeNames = [...]string{
 	TypeClusterStatus:             "ClusterStatus",
 	TypeClusterStatusResult:       "ClusterStatusResult",
 	TypeRenewReplica:              "RenewReplica",
+	TypeSetRetention:              "SetRetention",
 }
 
 // String returns the command's name, "Send" for TypeSend.

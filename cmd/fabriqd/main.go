@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,8 +46,11 @@ type options struct {
 	bootstrapExpect int
 	maxMessageBytes int
 	minFreeDisk     diskSize
+	segmentBytes    sizeFlag
+	retentionEvery  time.Duration
 	replaceDead     time.Duration
 	raftHeartbeat   time.Duration
+	raftSnapshots   broker.RaftSnapshots
 	subs            broker.SubscriptionLimits
 	limits          broker.ClientLimits
 	logLevel        string
@@ -86,7 +91,13 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
 	o.minFreeDisk = broker.DefaultMinFreeDisk
 	f.Var(&o.minFreeDisk, "min-free-disk", "free space kept in reserve on the data directory's file system: below it sends are refused with the retryable error DiskFull while reads and acks go on, and they resume once space is freed; a size such as 1GiB or 512MiB (a size, not a share of the disk: what it holds does not grow with the disk), off for none")
+	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
+	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
+	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
+	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
+	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
+	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	d := broker.DefaultSubscriptionLimits()
 	f.DurationVar(&o.subs.ReconnectGrace, "reconnect-grace", d.ReconnectGrace, "after a partition leader change, how long consumers keep their roles (failover master, key_shared hashes) while they reconnect")
@@ -125,23 +136,26 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	}
 	logger := slog.New(handler)
 	node, err := broker.NewNode(broker.Config{
-		NodeID:           o.nodeID,
-		DataDir:          o.dataDir,
-		ClientAddr:       o.clientAddr,
-		RaftAddr:         o.raftAddr,
-		Region:           o.region,
-		GossipAddr:       o.gossipAddr,
-		Join:             o.join,
-		HTTPAddr:         o.httpAddr,
-		BootstrapExpect:  o.bootstrapExpect,
-		MaxMessageBytes:  o.maxMessageBytes,
-		MinFreeDisk:      int64(o.minFreeDisk),
-		ReplaceDeadAfter: o.replaceDead,
-		Raft:             broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
-		Subscriptions:    o.subs,
-		Limits:           o.limits,
-		Version:          version,
-		Logger:           logger,
+		NodeID:            o.nodeID,
+		DataDir:           o.dataDir,
+		ClientAddr:        o.clientAddr,
+		RaftAddr:          o.raftAddr,
+		Region:            o.region,
+		GossipAddr:        o.gossipAddr,
+		Join:              o.join,
+		HTTPAddr:          o.httpAddr,
+		BootstrapExpect:   o.bootstrapExpect,
+		MaxMessageBytes:   o.maxMessageBytes,
+		MinFreeDisk:       int64(o.minFreeDisk),
+		SegmentBytes:      int64(o.segmentBytes),
+		RetentionInterval: o.retentionEvery,
+		ReplaceDeadAfter:  o.replaceDead,
+		Raft:              broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
+		RaftSnapshots:     o.raftSnapshots,
+		Subscriptions:     o.subs,
+		Limits:            o.limits,
+		Version:           version,
+		Logger:            logger,
 	})
 	if err != nil {
 		return err
@@ -160,4 +174,32 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelStop()
 	return node.Shutdown(stopCtx)
+}
+
+// sizeFlag is a byte size flag: a whole number with an optional unit, B,
+// KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (*sizeFlag) Type() string { return "size" }
+
+func (s *sizeFlag) Set(v string) error {
+	units := []struct {
+		suffix string
+		factor int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, factor := strings.TrimSpace(v), int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, factor = strings.TrimSpace(n), u.factor
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/factor {
+		return fmt.Errorf("size %q: want a positive whole number of bytes with an optional unit (65536, 512KiB, 64MiB)", v)
+	}
+	*s = sizeFlag(n * factor)
+	return nil
 }

@@ -13,7 +13,8 @@ func TestHelpExplainsFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, flag := range []string{"--node-id", "--data-dir", "--client-addr", "--raft-addr", "--gossip-addr", "--http-addr", "--region", "--join", "--bootstrap-expect"} {
+	for _, flag := range []string{"--node-id", "--data-dir", "--client-addr", "--raft-addr", "--gossip-addr", "--http-addr", "--region", "--join", "--bootstrap-expect",
+		"--segment-bytes", "--retention-interval", "--raft-snapshot-threshold", "--raft-trailing-logs"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
@@ -36,6 +37,9 @@ func TestBadFlagsFailClearly(t *testing.T) {
 	for _, args := range [][]string{
 		{"--log-level", "loud"},
 		{"--bootstrap-expect", "-1", "--data-dir", "x"},
+		{"--segment-bytes", "lots"},
+		{"--segment-bytes", "0"},
+		{"--segment-bytes", "1KiB", "--data-dir", "x"},
 	} {
 		cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
 		cmd.SetArgs(args)
@@ -68,5 +72,14 @@ func TestMinFreeDiskTakesSizes(t *testing.T) {
 	cmd.SetArgs([]string{"--min-free-disk", "100KiB", "--data-dir", t.TempDir()})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "MinFreeDisk") {
 		t.Errorf("a reserve of 100KiB: %v, want a MinFreeDisk error", err)
+	}
+}
+
+func TestSegmentBytesFlag(t *testing.T) {
+	for in, want := range map[string]int64{"65536": 65536, "64KiB": 64 << 10, "64MiB": 64 << 20, "1GiB": 1 << 30, "2MB": 2e6} {
+		var f sizeFlag
+		if err := f.Set(in); err != nil || int64(f) != want {
+			t.Errorf("--segment-bytes %s = %d, %v; want %d", in, f, err, want)
+		}
 	}
 }
