@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -174,32 +172,4 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelStop()
 	return node.Shutdown(stopCtx)
-}
-
-// sizeFlag is a byte size flag: a whole number with an optional unit, B,
-// KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).
-type sizeFlag int64
-
-func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
-
-func (*sizeFlag) Type() string { return "size" }
-
-func (s *sizeFlag) Set(v string) error {
-	units := []struct {
-		suffix string
-		factor int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
-	num, factor := strings.TrimSpace(v), int64(1)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, factor = strings.TrimSpace(n), u.factor
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > math.MaxInt64/factor {
-		return fmt.Errorf("size %q: want a positive whole number of bytes with an optional unit (65536, 512KiB, 64MiB)", v)
-	}
-	*s = sizeFlag(n * factor)
-	return nil
 }

@@ -2,47 +2,27 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
+
+	"github.com/fabriq-io/fabriq/cmd/internal/units"
 )
 
-// diskSize is a flag value for a size of disk space: bytes with an
-// optional unit (KiB, MiB, GiB, TiB, or KB, MB, GB, TB in powers of ten),
+// diskSize is a flag value for a size of disk space (units.ParseBytes),
 // or "off" (also 0) for none, which it holds as -1.
 type diskSize int64
 
-var sizeUnits = []struct {
-	suffix string
-	factor int64
-}{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
-	{"b", 1},
-}
-
 func (s *diskSize) Set(v string) error {
-	t := strings.ToLower(strings.TrimSpace(v))
-	if t == "off" || t == "0" {
+	if strings.EqualFold(strings.TrimSpace(v), "off") {
 		*s = -1
 		return nil
 	}
-	factor := int64(1)
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, factor = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.factor
-			break
-		}
+	n, err := units.ParseBytes(v)
+	if err != nil {
+		return fmt.Errorf("%w, or off", err)
 	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f*float64(factor) >= math.MaxInt64 {
-		return fmt.Errorf("%q is not a size: write bytes with an optional unit, such as 1GiB or 512MiB, or off", v)
-	}
-	n := int64(f * float64(factor))
 	if n == 0 {
-		*s = -1
-		return nil
+		n = -1
 	}
 	*s = diskSize(n)
 	return nil
@@ -62,3 +42,22 @@ func (s *diskSize) String() string {
 }
 
 func (s *diskSize) Type() string { return "size" }
+
+// sizeFlag is a flag value for a positive byte size (units.ParseBytes).
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (*sizeFlag) Type() string { return "size" }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := units.ParseBytes(v)
+	if err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("size %q: want a positive size", v)
+	}
+	*s = sizeFlag(n)
+	return nil
+}
