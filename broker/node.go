@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -675,6 +676,9 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	if err := n.claimPartitionDir(dir, self); err != nil {
 		return nil, err
 	}
+	if why, err := os.ReadFile(filepath.Join(dir, damagedMarker)); err == nil {
+		return nil, fmt.Errorf("%w: the copy of member %s was found damaged while it served: %s", storage.ErrCorrupt, self, strings.TrimSpace(string(why)))
+	}
 	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{SegmentMaxBytes: n.cfg.SegmentBytes, Logger: n.logger.With("partition", name)})
 	if err != nil {
 		return nil, err
@@ -737,6 +741,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 			return s.Retention, ok
 		}
 	}
+	p.onDamage = func(err error) { n.damagedCopy(name, p, err) }
 	p.onLeadership = func(l cluster.Leadership) {
 		if !l.IsLeader || g.Retired() {
 			return
@@ -813,6 +818,36 @@ func (n *Node) haltPartition(name string, f *fsm, err error) {
 		defer n.wg.Done()
 		defer close(h.done)
 		n.closePartition(lp, false)
+	}()
+}
+
+// damagedCopy stops serving a copy whose log failed its checks on a read
+// (a sealed segment damaged on disk, found only when read): it marks the
+// copy damaged, so that it is never opened again, closes it (the other
+// replicas elect a leader if it led) and asks for a new member with an
+// empty copy, as for a copy found damaged at open. It must not block: the
+// partition's reader reports it.
+func (n *Node) damagedCopy(name string, p *partition, cause error) {
+	n.mu.Lock()
+	lp := n.partitions[name]
+	if n.closed || lp == nil || lp.partition != p {
+		n.mu.Unlock()
+		return
+	}
+	delete(n.partitions, name)
+	n.wg.Add(1)
+	n.mu.Unlock()
+	n.logger.Error("partition copy is damaged: a read failed its checks; this copy stops serving and is renewed from the other replicas", "partition", name, "member", lp.replica, "err", cause)
+	go func() {
+		defer n.wg.Done()
+		// Marked before it closes: reconcile may look for it at once.
+		if dir, err := n.partitionDir(name); err == nil {
+			if err := writeFileSync(filepath.Join(dir, damagedMarker), []byte(cause.Error()+"\n")); err != nil {
+				n.logger.Warn("cannot mark a damaged copy", "partition", name, "err", err)
+			}
+		}
+		n.closePartition(lp, false)
+		n.askRenewal(name, lp.replica, cause)
 	}()
 }
 

@@ -111,6 +111,10 @@ type partition struct {
 	// onLeadership is told every leadership change (the node announces
 	// it to the cluster); it must not block. May be nil.
 	onLeadership func(cluster.Leadership)
+	// onDamage is told, once, that a read found the log damaged; it must
+	// not block. May be nil.
+	onDamage   func(error)
+	damageOnce sync.Once
 	// disk is the node's free-space reserve, checked before a send is
 	// proposed; nil admits every send.
 	disk *diskReserve

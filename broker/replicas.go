@@ -31,6 +31,11 @@ import (
 // then the old copy may hold acknowledged entries a majority counts on.
 const replicaMarker = "replica"
 
+// damagedMarker marks a copy found damaged while it served (a read failed
+// its checksums): it is never opened again, and its member is renewed
+// (damagedCopy).
+const damagedMarker = "damaged"
+
 // replicaID is a replica's server id in its partition's Raft group: the
 // node id for a replica of the initial placement, the node id, "@" and
 // the index of the move that placed it for a replica moved in later. Each

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -333,7 +334,11 @@ func (p *partition) read(offset uint64, maxMessages, maxBytes int) ([]storage.Me
 	if start := p.fsm.startOffset(); offset < start {
 		return nil, fmt.Errorf("%w: offset %d, partition starts at %d", storage.ErrTrimmed, offset, start)
 	}
-	return p.log.Read(offset, maxMessages, maxBytes)
+	msgs, err := p.log.Read(offset, maxMessages, maxBytes)
+	if errors.Is(err, storage.ErrCorrupt) && p.onDamage != nil {
+		p.damageOnce.Do(func() { p.onDamage(err) })
+	}
+	return msgs, err
 }
 
 // validRetention checks a stream's policy.

@@ -672,3 +672,79 @@ func TestClusterRepairsDamagedCopy(t *testing.T) {
 	}
 	readAll(ctx, t, c, stream, acked)
 }
+
+// A copy whose sealed segment is damaged on disk opens as usual (sealed
+// segments are not scanned at open); the first read of the damaged part,
+// once it leads, fails its checks: the copy stops serving (consumers move
+// to the new leader and get every message intact), is marked damaged and
+// renewed with an empty copy that catches up from the others.
+func TestClusterRenewsCopyDamagedInSealedSegment(t *testing.T) {
+	nodes := startCluster(t, 3, "--segment-bytes", "64KiB")
+	ctx := testContext(t, 4*time.Minute)
+	const stream = "persistent://acme/prod/sealed"
+	c := newClient(t, clusterURL(nodes))
+	if err := c.CreateStream(ctx, stream, 1, 3, client.WithRetention(client.RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: -1})); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, failed := produce(ctx, p, 6000, 0, "a", nil)
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+	}
+	waitIdentical(ctx, t, nodes, stream)
+	victim := nodes[0]
+	if victim.id == leaderOf(ctx, t, c, stream) {
+		victim = nodes[1]
+	}
+	if err := victim.stop(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(victim.dir, "partitions", "acme", "prod", "sealed")
+	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+	if len(segs) < 3 {
+		t.Fatalf("want sealed segments in %s, have %v", dir, segs)
+	}
+	f, err := os.OpenFile(segs[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	t.Logf("overwrote 4 bytes at %d of sealed segment %s (%d bytes) on %s", fi.Size()/2, filepath.Base(segs[0]), fi.Size(), victim.id)
+	victim.restart(t)
+	// Leadership goes round (a node stopped hands it over) until the
+	// damaged copy leads: consumers read from the leader.
+	for leader := leaderOf(ctx, t, c, stream); leader != victim.id; leader = leaderOf(ctx, t, c, stream) {
+		l := byID(nodes, leader)
+		if err := l.stop(); err != nil {
+			t.Fatal(err)
+		}
+		l.restart(t)
+		if ctx.Err() != nil {
+			t.Fatalf("%s never led", victim.id)
+		}
+	}
+	readAll(ctx, t, c, stream, acked)
+	if !strings.Contains(victim.logs.String(), "partition copy is damaged: a read failed its checks") {
+		t.Fatalf("%s did not report its damaged copy", victim.id)
+	}
+	for {
+		owner, _ := os.ReadFile(filepath.Join(dir, "replica"))
+		_, marked := os.Stat(filepath.Join(dir, "damaged"))
+		if strings.HasPrefix(string(owner), victim.id+"@") && marked != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the damaged copy on %s was not renewed: it belongs to %q", victim.id, owner)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	waitIdentical(ctx, t, nodes, stream)
+}
