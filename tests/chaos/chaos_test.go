@@ -116,7 +116,10 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	cl, err := NewCluster(bin, filepath.Join(runDir, "data"), filepath.Join(runDir, "logs"), *runNodes, nt,
-		"--replace-dead-after", ReplaceDeadAfter.String())
+		"--replace-dead-after", ReplaceDeadAfter.String(),
+		// Segments roll many times a run, and retention deletes the
+		// acknowledged ones under faults.
+		"--segment-bytes", "256KiB", "--retention-interval", "1s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,9 +29,10 @@ const (
 	// TransferStorm stops (SIGTERM: each hands its leaderships over) and
 	// restarts nodes one after another.
 	TransferStorm FaultKind = "transfer-storm"
-	// DamageFile kills one node and, while it is down, damages the last
-	// log segment of one of its partition copies: cuts its tail or
-	// flips bytes in it. It restarts after the fault.
+	// DamageFile kills one node and, while it is down, damages a log
+	// segment of one of its partition copies (DamageSegment): cuts the
+	// last one's tail or overwrites bytes in it, or flips a bit in a
+	// sealed one. It restarts after the fault.
 	DamageFile FaultKind = "damage-file"
 	// PowerLoss kills one to all nodes at once and drops every write
 	// they had not fsynced (their disks are lazyfs mounts); they restart
@@ -372,50 +373,69 @@ func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 	return nil
 }
 
-// DamageSegment damages the last log segment of one partition copy under
-// a stopped node's data directory, chosen by seed: it cuts 1 byte to 64
-// KiB off its tail, or overwrites 4 bytes at a random position. It says
-// what it did.
+// DamageSegment damages one log segment of one partition copy under a
+// stopped node's data directory, chosen by seed. The last segment of a
+// copy has its tail cut (1 byte to 64 KiB) or 4 bytes overwritten at a
+// random position; a sealed one (segments roll under the chaos cluster's
+// small --segment-bytes) has one bit flipped, which only a read finds. It
+// says what it did.
 func DamageSegment(dataDir string, seed uint64) (string, error) {
 	r := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
 	logs, err := filepath.Glob(filepath.Join(dataDir, "partitions", "*", "*", "*", "log"))
 	if err != nil {
 		return "", err
 	}
-	var segs []string
+	type candidate struct {
+		path   string
+		sealed bool
+	}
+	var segs []candidate
 	for _, dir := range logs {
 		if strings.Contains(filepath.Base(filepath.Dir(dir)), "@") {
 			continue // a copy set aside, never opened again
 		}
 		s, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 		sort.Strings(s)
-		if len(s) > 0 {
-			segs = append(segs, s[len(s)-1])
+		for i, p := range s {
+			segs = append(segs, candidate{path: p, sealed: i < len(s)-1})
 		}
 	}
-	sort.Strings(segs)
+	sort.Slice(segs, func(i, j int) bool { return segs[i].path < segs[j].path })
 	if len(segs) == 0 {
 		return "no segment to damage", nil
 	}
-	seg := segs[r.IntN(len(segs))]
+	c := segs[r.IntN(len(segs))]
+	seg := c.path
 	fi, err := os.Stat(seg)
 	if err != nil || fi.Size() == 0 {
 		return "empty segment " + seg, err
 	}
 	name := filepath.Join(filepath.Base(filepath.Dir(filepath.Dir(seg))), filepath.Base(seg))
-	if r.IntN(2) == 0 {
-		cut := 1 + r.Int64N(min(64<<10, fi.Size()))
-		if err := os.Truncate(seg, fi.Size()-cut); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("cut %d of %d bytes off the tail of %s", cut, fi.Size(), name), nil
-	}
 	at := r.Int64N(fi.Size())
 	f, err := os.OpenFile(seg, os.O_RDWR, 0)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
+	if c.sealed {
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, at); err != nil {
+			return "", err
+		}
+		bit := r.IntN(8)
+		b[0] ^= 1 << bit
+		if _, err := f.WriteAt(b, at); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("flipped bit %d of byte %d of sealed segment %s (%d bytes)", bit, at, name, fi.Size()), f.Sync()
+	}
+	if r.IntN(2) == 0 {
+		cut := 1 + r.Int64N(min(64<<10, fi.Size()))
+		if err := f.Truncate(fi.Size() - cut); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("cut %d of %d bytes off the tail of %s", cut, fi.Size(), name), f.Sync()
+	}
 	if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, at); err != nil {
 		return "", err
 	}

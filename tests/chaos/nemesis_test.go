@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"bytes"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,10 +37,11 @@ func TestPlanReplays(t *testing.T) {
 	}
 }
 
-// DamageSegment changes the last segment of a copy, never a copy set
-// aside, and says what it did.
+// DamageSegment changes one segment of a copy, never a copy set aside, and
+// says what it did: a sealed segment gets exactly one bit flipped.
 func TestDamageSegment(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
+	kinds := map[string]int{}
+	for seed := uint64(1); seed <= 16; seed++ {
 		dir := t.TempDir()
 		live := filepath.Join(dir, "partitions", "t", "f", "s-partition-0", "log")
 		aside := filepath.Join(dir, "partitions", "t", "f", "s-partition-1@n1", "log")
@@ -57,14 +60,42 @@ func TestDamageSegment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		damaged := 0
 		for _, d := range []string{live, aside} {
 			for _, name := range []string{"00000000000000000000.log", "00000000000000001000.log"} {
 				got, _ := os.ReadFile(filepath.Join(d, name))
-				damaged := !bytes.Equal(got, content)
-				if want := d == live && name == "00000000000000001000.log"; damaged != want {
-					t.Fatalf("seed %d (%s): %s damaged %v, want %v", seed, what, filepath.Join(d, name), damaged, want)
+				if bytes.Equal(got, content) {
+					continue
+				}
+				damaged++
+				if d == aside {
+					t.Fatalf("seed %d (%s): a copy set aside was damaged", seed, what)
+				}
+				if sealed := name == "00000000000000000000.log"; sealed {
+					kinds["sealed"]++
+					if bits := differingBits(got, content); bits != 1 || !strings.Contains(what, "flipped bit") {
+						t.Fatalf("seed %d (%s): a sealed segment has %d bits changed, want 1", seed, what, bits)
+					}
+				} else {
+					kinds["last"]++
 				}
 			}
 		}
+		if damaged != 1 {
+			t.Fatalf("seed %d (%s): %d segments damaged, want 1", seed, what, damaged)
+		}
 	}
+	if kinds["sealed"] == 0 || kinds["last"] == 0 {
+		t.Fatalf("16 seeds damaged %v: want both sealed and last segments", kinds)
+	}
+}
+
+// differingBits counts the bits in which a and b differ (b is as long as a
+// or longer).
+func differingBits(a, b []byte) int {
+	n := 0
+	for i := range a {
+		n += bits.OnesCount8(a[i] ^ b[i])
+	}
+	return n
 }
