@@ -52,6 +52,7 @@ type Group struct {
 	gate    *voteGate // trans as Raft sees it
 	layer   *Layer
 	store   *raftboltdb.BoltStore
+	stable  *stableStore // Raft's term and vote (stable.go)
 	snaps   *SnapshotStore
 	fsm     *configFSM // cfg.FSM, learning committed configurations
 	obs     *raft.Observer
@@ -113,6 +114,11 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		return fail(err)
 	}
 	undo = append(undo, func() { g.store.Close() })
+	g.stable, err = openStableStore(cfg.Dir, g.store, logger)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() { g.stable.Close() })
 
 	g.snaps, err = OpenSnapshotStore(filepath.Join(cfg.Dir, snapshotsDir), SnapshotStoreConfig{
 		Retain: cfg.SnapshotRetain,
@@ -143,7 +149,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 
 	g.fsm = &configFSM{FSM: cfg.FSM, snaps: g.snaps}
 	g.fsm.fromSnapshots()
-	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), g.fsm, g.store, g.store, g.snaps, gate)
+	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), g.fsm, g.store, g.stable, g.snaps, gate)
 	if err != nil {
 		return fail(err)
 	}
@@ -427,7 +433,7 @@ func (g *Group) close() error {
 	if !raftStopped {
 		return fmt.Errorf("cluster: close group %s: raft did not stop within %v, store left open: %w", g.id, 2*g.cfg.ShutdownTimeout, ErrTimeout)
 	}
-	if err := g.store.Close(); err != nil {
+	if err := errors.Join(g.store.Close(), g.stable.Close()); err != nil {
 		return fmt.Errorf("cluster: close group %s: %w", g.id, err)
 	}
 	return nil
