@@ -125,9 +125,11 @@ func Mount(backing, mountpoint string) (*FS, error) {
 }
 
 // SetFull makes the file system act as a full disk, or stop doing so:
-// while full, writes and size increases fail with ENOSPC and statfs
-// reports no free blocks; reads, syncs, shrinking truncations and
-// removals go on, as on a real full disk.
+// while full, writes that need new blocks (past the end of a file, or into
+// a hole) and size increases fail with ENOSPC, and statfs reports no free
+// blocks; overwrites of blocks a file has, reads, syncs, shrinking
+// truncations and removals go on, as on a real full disk (one that does
+// not copy on write).
 func (f *FS) SetFull(full bool) { f.full.Store(full) }
 
 // Mountpoint returns where the file system is mounted.

@@ -351,9 +351,9 @@ func TestCrashWithACopyElsewhere(t *testing.T) {
 	}
 }
 
-// SetFull: while full, writes and growth fail with ENOSPC and statfs
-// shows no free blocks; reads, syncs, shrinking and removals go on; once
-// no longer full, writes work again.
+// SetFull: while full, writes that need new blocks and growth fail with
+// ENOSPC and statfs shows no free blocks; overwrites, reads, syncs,
+// shrinking and removals go on; once no longer full, writes work again.
 func TestFullRefusesNewData(t *testing.T) {
 	fsys, _, mnt := mount(t)
 	path := filepath.Join(mnt, "f")
@@ -365,11 +365,20 @@ func TestFullRefusesNewData(t *testing.T) {
 	if _, err := f.Write([]byte("kept")); err != nil {
 		t.Fatal(err)
 	}
-	fsys.SetFull(true)
-	if _, err := f.Write([]byte("more")); !errors.Is(err, unix.ENOSPC) {
-		t.Fatalf("write while full: %v, want ENOSPC", err)
+	if err := f.Truncate(64 << 10); err != nil { // a hole after "kept"
+		t.Fatal(err)
 	}
-	if err := f.Truncate(100); !errors.Is(err, unix.ENOSPC) {
+	fsys.SetFull(true)
+	if _, err := f.WriteAt([]byte("more"), 64<<10); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("write past the end while full: %v, want ENOSPC", err)
+	}
+	if _, err := f.WriteAt([]byte("hole"), 32<<10); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("write into a hole while full: %v, want ENOSPC", err)
+	}
+	if _, err := f.WriteAt([]byte("KE"), 0); err != nil {
+		t.Fatalf("overwrite of written bytes while full: %v", err)
+	}
+	if err := f.Truncate(128 << 10); !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("growing truncate while full: %v, want ENOSPC", err)
 	}
 	var st unix.Statfs_t
@@ -380,7 +389,7 @@ func TestFullRefusesNewData(t *testing.T) {
 		t.Fatalf("sync while full: %v", err)
 	}
 	b := make([]byte, 4)
-	if _, err := f.ReadAt(b, 0); err != nil || string(b) != "kept" {
+	if _, err := f.ReadAt(b, 0); err != nil || string(b) != "KEpt" {
 		t.Fatalf("read while full: %q, %v", b, err)
 	}
 	if err := f.Truncate(2); err != nil {

@@ -191,7 +191,7 @@ func (h *handle) Read(ctx context.Context, buf []byte, off int64) (fuse.ReadResu
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if h.fs.full.Load() && len(data) > 0 {
+	if h.fs.full.Load() && len(data) > 0 && !allocated(h.fd, off, int64(len(data))) {
 		return 0, syscall.ENOSPC
 	}
 	var written uint32
@@ -204,6 +204,18 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return errOf(errno)
 	})
 	return written, errno
+}
+
+// allocated reports whether the bytes [off, off+n) of the file open as fd
+// are all within its size and not in a hole: a full disk still lets a
+// program overwrite blocks it was given, not write where none are.
+func allocated(fd int, off, n int64) bool {
+	size, err := fileSize(fd)
+	if err != nil || off+n > size {
+		return false
+	}
+	hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+	return err == nil && hole >= off+n
 }
 
 func (h *handle) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
