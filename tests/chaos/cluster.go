@@ -261,10 +261,29 @@ func (c *Cluster) Resume(n *Node) {
 	}
 }
 
+// crashed reports whether the node's process exited without being killed
+// or stopped: a crash, which the suite reports rather than hides.
+func (n *Node) crashed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // Heal resumes every paused node and restarts every dead one, then waits
-// until all are ready.
+// until all are ready. A node whose process exited by itself is an error.
 func (c *Cluster) Heal(ctx context.Context) error {
 	for _, n := range c.Nodes {
+		if n.crashed() {
+			return fmt.Errorf("chaos: node %s exited by itself (see %s)", n.ID, n.log)
+		}
 		c.Resume(n)
 		if !n.Running() {
 			if err := c.Start(n); err != nil {
