@@ -77,6 +77,12 @@ func (r *diskReserve) refresh() error {
 	return nil
 }
 
+// roomy reports whether the last reading found at least the reserve free
+// (always true with the reserve off).
+func (r *diskReserve) roomy() bool {
+	return r == nil || !r.low.Load()
+}
+
 // admit takes room for a send of about size bytes, or refuses it with a
 // DiskFull error when it would leave less free space than the reserve.
 func (r *diskReserve) admit(size int) error {

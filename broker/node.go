@@ -69,17 +69,30 @@ type Node struct {
 	// limit (refuse).
 	refusals chan struct{}
 	// halted holds the partitions whose state machine stopped on this
-	// node (haltPartition): they stay closed until the node restarts.
-	halted  map[string]*haltedCopy
-	changed chan struct{} // closed and replaced when partitions change
-	closed  bool
+	// node (haltPartition): they stay closed until the disk has room and
+	// their wait is over, or the node restarts.
+	halted map[string]*haltedCopy
+	// haltWait is how long a partition that stopped waits before it is
+	// opened again: doubled at each stop, from haltRetry up to
+	// haltRetryMax, so a copy whose disk keeps failing does not loop.
+	haltWait map[string]time.Duration
+	changed  chan struct{} // closed and replaced when partitions change
+	closed   bool
 }
 
 // haltedCopy is a partition whose state machine stopped on this node.
 type haltedCopy struct {
-	fsm  *fsm
-	done chan struct{} // closed once the copy is closed
+	fsm   *fsm
+	done  chan struct{} // closed once the copy is closed
+	retry time.Time     // not opened again before
 }
+
+// How long a partition stopped for lack of disk space waits before it is
+// opened again, at its first stop and at most.
+const (
+	haltRetry    = 30 * time.Second
+	haltRetryMax = 10 * time.Minute
+)
 
 // localPartition is a partition this node runs, with what it owns.
 type localPartition struct {
@@ -111,6 +124,7 @@ func NewNode(cfg Config) (*Node, error) {
 		perAddr:      map[string]int{},
 		refusals:     make(chan struct{}, maxRefusals),
 		halted:       map[string]*haltedCopy{},
+		haltWait:     map[string]time.Duration{},
 		changed:      make(chan struct{}),
 		disk:         newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
@@ -409,16 +423,24 @@ func (n *Node) reconcile() {
 	for name := range n.partitions {
 		have[name] = true
 	}
-	// A halted copy stays closed until the node restarts; a deleted
-	// stream's goes with its data.
+	// A halted copy stays closed until there is room on the disk again and
+	// its wait is over (or the node restarts): then it is opened again
+	// below and catches up from Raft. A deleted stream's goes with its
+	// data.
 	var gone []string
 	for name, h := range n.halted {
 		have[name] = true
 		select {
 		case <-h.done:
-			if n.replicasOf(name) == nil {
+			switch {
+			case n.replicasOf(name) == nil:
 				delete(n.halted, name)
+				delete(n.haltWait, name)
 				gone = append(gone, name)
+			case n.disk.roomy() && time.Now().After(h.retry):
+				delete(n.halted, name)
+				delete(have, name)
+				n.logger.Info("opening again a partition stopped for lack of disk space: there is room again; it catches up from Raft", "partition", name)
 			}
 		default: // still closing: the next pass looks again
 		}
@@ -786,8 +808,9 @@ func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 // haltPartition closes, on this node only, a partition whose state
 // machine stopped because its log could not take a committed entry (a
 // full disk). The group's other members keep their majority and go on;
-// this copy stays closed until the node restarts, when it replays from
-// Raft what it could not append and catches up. Called from Raft's
+// this copy stays closed until the disk has room again and a wait that
+// doubles at each stop is over, or until the node restarts; then it
+// replays from Raft what it could not append and catches up. Called from Raft's
 // goroutine, it must not block: the group is closed by a goroutine of the
 // node.
 func (n *Node) haltPartition(name string, f *fsm, err error) {
@@ -796,7 +819,9 @@ func (n *Node) haltPartition(name string, f *fsm, err error) {
 		n.mu.Unlock()
 		return
 	}
-	h := &haltedCopy{fsm: f, done: make(chan struct{})}
+	wait := min(max(2*n.haltWait[name], haltRetry), haltRetryMax)
+	n.haltWait[name] = wait
+	h := &haltedCopy{fsm: f, done: make(chan struct{}), retry: time.Now().Add(wait)}
 	n.halted[name] = h
 	var lp *localPartition
 	for _, m := range []map[string]*localPartition{n.partitions, n.retired} {
@@ -809,8 +834,8 @@ func (n *Node) haltPartition(name string, f *fsm, err error) {
 		n.wg.Add(1)
 	}
 	n.mu.Unlock()
-	n.logger.Error("partition stopped on this node: its log cannot store a committed entry; the other replicas go on without this one; free disk space and restart the node, and it catches up from Raft",
-		"partition", name, "err", err)
+	n.logger.Error("partition stopped on this node: its log cannot store a committed entry; the other replicas go on without this one; once the disk has room it is opened again and catches up from Raft",
+		"partition", name, "retry_after", wait.String(), "err", err)
 	if lp == nil {
 		return // still opening: keep closes it
 	}
