@@ -298,13 +298,13 @@ func TestChaos(t *testing.T) {
 	for _, w := range workloads {
 		streams = append(streams, w.Stream)
 	}
-	if err := WaitCaughtUp(wctx, cl, streams); err != nil {
-		t.Errorf("%v", err)
-		s.Valid = false
-	}
 	placement, err := Placement(wctx, url, streams)
 	if err != nil {
 		t.Errorf("placement: %v", err)
+		s.Valid = false
+	}
+	if err := WaitCaughtUp(wctx, cl, streams, placement); err != nil {
+		t.Errorf("%v", err)
 		s.Valid = false
 	}
 	wcancel()

@@ -28,8 +28,11 @@ type ReplicasResult struct {
 }
 
 // WaitCaughtUp waits until every running node reports the same start and
-// next offsets for each partition of the streams it holds.
-func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
+// next offsets for each partition of the streams it holds, and every
+// current replica (placement, by partition directory name, when not nil)
+// reports them: a copy closed for a while (one stopped for lack of disk
+// space waits before it opens again) is waited for.
+func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string, placement map[string][]string) error {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	// One client per node for the whole wait: a connection per poll
@@ -59,6 +62,10 @@ func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
 				}
 				for _, p := range info.Partitions {
 					if p.NextOffset == 0 && p.Leader == "" {
+						if placed(placement, s, int(p.Partition), len(info.Partitions), n.ID) {
+							same = false
+							errs = append(errs, fmt.Sprintf("%s: partition %d of %s not open", n.ID, p.Partition, s))
+						}
 						continue // not a replica here
 					}
 					k := fmt.Sprintf("%s/%d", s, p.Partition)
@@ -79,6 +86,17 @@ func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// placed reports whether placement puts partition i of stream s (of n
+// partitions) on node.
+func placed(placement map[string][]string, s string, i, n int, node string) bool {
+	st, err := geofabric.ParseStream(s)
+	if err != nil || placement == nil {
+		return false
+	}
+	dir, err := broker.PartitionDir("", st.Partition(i, n).String())
+	return err == nil && slices.Contains(placement[filepath.Base(dir)], node)
 }
 
 // CompareReplicas hashes each partition's log segments on every node that
