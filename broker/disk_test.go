@@ -13,87 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fabriq-io/fabriq/client"
 	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/tests/tmpfs"
 	"github.com/fabriq-io/fabriq/transport"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a directory of its own under
-// the test's temporary directory, and unmounts it when the test ends: a
-// real file system that fills up, where a broker bug touches nothing else.
-// Mounting needs root, as the CI runs.
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
-		t.Fatalf("this test needs a small file system of its own: mounting a tmpfs on %s failed (run the tests as root): %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file in dir until the file system is full and returns
-// its path.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{'x'}, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", dir, err)
-			}
-			break
-		}
-	}
-	// The last pages, a few bytes at a time.
-	for {
-		if _, err := f.Write([]byte{'x'}); err != nil {
-			break
-		}
-	}
-	return path
-}
-
-// fillDiskLeaving writes a file in dir until about leave bytes stay free
-// on its file system and returns its path.
-func fillDiskLeaving(t *testing.T, dir string, leave int64) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{'x'}, 256<<10)
-	for {
-		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err != nil {
-			t.Fatal(err)
-		}
-		free := int64(st.Bavail) * int64(st.Bsize)
-		if free <= leave {
-			return path
-		}
-		if _, err := f.Write(chunk[:min(int64(len(chunk)), free-leave)]); err != nil {
-			t.Fatalf("filling %s: %v", dir, err)
-		}
-	}
-}
 
 // applyRecovered applies an entry and turns a panic into a value.
 func applyRecovered(f *fsm, index uint64, data []byte) (res any, panicked any) {
@@ -108,7 +32,7 @@ func applyRecovered(f *fsm, index uint64, data []byte) (res any, panicked any) {
 // Opened again with space, the same entries replayed from Raft are
 // stored, at the offsets they would have had.
 func TestFSMStopsWhenTheLogCannotAppend(t *testing.T) {
-	disk := mountTmpfs(t, 4<<20)
+	disk := tmpfs.New(t, 4<<20)
 	logDir, snapDir := filepath.Join(disk, "log"), filepath.Join(disk, "snapshots")
 	l, err := storage.Open(logDir, storage.Config{})
 	if err != nil {
@@ -134,7 +58,7 @@ func TestFSMStopsWhenTheLogCannotAppend(t *testing.T) {
 			t.Fatalf("entry %d: %v", i+1, p)
 		}
 	}
-	filler := fillDisk(t, disk)
+	filler := tmpfs.Fill(t, disk, 0)
 
 	for i, e := range entries[2:] {
 		index := uint64(i + 3)
@@ -209,7 +133,7 @@ func TestFSMStopsWhenTheLogCannotAppend(t *testing.T) {
 // space than the minimum, with the retryable DiskFull code, and admits
 // them again once space is freed and read again.
 func TestDiskReserveRefusesBelowTheMinimum(t *testing.T) {
-	disk := mountTmpfs(t, 16<<20)
+	disk := tmpfs.New(t, 16<<20)
 	r := newDiskReserve(disk, 8<<20, slog.New(slog.DiscardHandler))
 	if err := r.refresh(); err != nil {
 		t.Fatal(err)
@@ -232,7 +156,7 @@ func TestDiskReserveRefusesBelowTheMinimum(t *testing.T) {
 	if err := r.admit(256 << 10); err != nil {
 		t.Fatalf("nothing was written, and a reading after the refusal still refuses: %v", err)
 	}
-	filler := fillDisk(t, disk)
+	filler := tmpfs.Fill(t, disk, 0)
 	if err := r.refresh(); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +250,7 @@ func (p *rawProducer) send(ctx context.Context, seq uint64) transport.ErrorCode 
 // later batch stored ahead of the refused one would turn the resend into
 // a sequence gap. Other producers go on as soon as space is back.
 func TestDiskFullRefusesTheProducersLaterSends(t *testing.T) {
-	disk := mountTmpfs(t, 48<<20)
+	disk := tmpfs.New(t, 48<<20)
 	n, err := NewNode(Config{
 		NodeID: "n1", DataDir: filepath.Join(disk, "data"), ClientAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
 		MinFreeDisk: 16 << 20,
@@ -356,7 +280,7 @@ func TestDiskFullRefusesTheProducersLaterSends(t *testing.T) {
 	}
 	// Below the reserve, with room left for what is admitted until the
 	// node reads the free space again (sends paced to keep within it).
-	filler := fillDiskLeaving(t, disk, 12<<20)
+	filler := tmpfs.Fill(t, disk, 12<<20)
 	pace := time.NewTicker(50 * time.Millisecond)
 	defer pace.Stop()
 	seq := uint64(1)

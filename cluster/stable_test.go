@@ -11,7 +11,8 @@ import (
 	"time"
 
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"golang.org/x/sys/unix"
+
+	"github.com/fabriq-io/fabriq/tests/tmpfs"
 )
 
 func openTestStable(t *testing.T, dir string) (*stableStore, *raftboltdb.BoltStore) {
@@ -109,54 +110,12 @@ func TestStableStoreTornWrite(t *testing.T) {
 	}
 }
 
-// mountTmpfs mounts a tmpfs of size bytes on a directory of its own under
-// the test's temporary directory, unmounted when the test ends.
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
-		t.Fatalf("this test needs a small file system of its own: mounting a tmpfs on %s failed (run the tests as root): %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fill writes a file in dir until its file system is full.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{'x'}, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			// Smaller writes until not one byte more fits.
-			for _, err := f.Write([]byte{'x'}); err == nil; _, err = f.Write([]byte{'x'}) {
-			}
-			return path
-		}
-	}
-}
-
 // On a full disk the stable store still takes every write: it overwrites
 // the blocks it was given when it was made.
 func TestStableStoreOnFullDisk(t *testing.T) {
-	dir := mountTmpfs(t, 4<<20)
+	dir := tmpfs.New(t, 4<<20)
 	s, bolt := openTestStable(t, dir)
-	fill(t, dir)
+	tmpfs.Fill(t, dir, 0)
 	if err := os.WriteFile(filepath.Join(dir, "more"), []byte("x"), 0o644); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a new file on the full disk: %v, want ENOSPC", err)
 	}
@@ -184,7 +143,7 @@ func TestStableStoreOnFullDisk(t *testing.T) {
 // without the full member's log, and it catches up once space is freed.
 func TestGroupSurvivesFullDisk(t *testing.T) {
 	nodes := newTestNodes(t, 3)
-	nodes[0].dir = filepath.Join(mountTmpfs(t, 16<<20), "node-0")
+	nodes[0].dir = filepath.Join(tmpfs.New(t, 16<<20), "node-0")
 	gs := startGroup(t, nodes, "full", nil)
 	applyAll(t, gs, cmds("a", 5)...)
 	waitEntries(t, gs, cmds("a", 5))
@@ -194,7 +153,7 @@ func TestGroupSurvivesFullDisk(t *testing.T) {
 		}
 	}
 	leader := waitLeader(t, gs)
-	filler := fill(t, nodes[0].dir)
+	filler := tmpfs.Fill(t, nodes[0].dir, 0)
 	if _, err := raftboltdb.NewBoltStore(filepath.Join(nodes[0].dir, "probe.db")); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a new bolt file on the full disk: %v, want ENOSPC", err)
 	}

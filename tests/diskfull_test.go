@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/tests/tmpfs"
 )
 
 // smallDisk is a size-limited tmpfs the test mounted on a directory of its
@@ -25,54 +26,20 @@ type smallDisk struct {
 }
 
 // mountSmallDisk mounts a tmpfs of size bytes on dir (which it creates)
-// and unmounts it when the test ends, after the nodes are killed. It
-// needs root, as the CI runs; without it the test fails and says why.
+// and unmounts it when the test ends, after the nodes are killed.
 func mountSmallDisk(t *testing.T, dir string, size int64) *smallDisk {
 	t.Helper()
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
-		t.Fatalf("this test needs small file systems of its own: mounting a tmpfs on %s failed (run the tests as root): %v", dir, err)
-	}
-	// Registered before the nodes start: it runs after they are killed.
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return &smallDisk{dir: dir}
+	// Registered before the nodes start: the unmount runs after they are
+	// killed.
+	return &smallDisk{dir: tmpfs.Mount(t, dir, size)}
 }
 
 // free returns the bytes free on the disk.
-func (d *smallDisk) free(t testing.TB) int64 {
-	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs(d.dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	return int64(st.Bavail) * int64(st.Bsize)
-}
+func (d *smallDisk) free(t testing.TB) int64 { return tmpfs.Free(t, d.dir) }
 
 // fill writes a filler file (inside the node's data directory, on the
 // same mount) so that about leave bytes stay free.
-func (d *smallDisk) fill(t testing.TB, leave int64) string {
-	t.Helper()
-	path := filepath.Join(d.dir, "filler")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{'f'}, 256<<10)
-	for free := d.free(t); free > leave; free = d.free(t) {
-		n := min(int64(len(chunk)), free-leave)
-		if _, err := f.Write(chunk[:n]); err != nil {
-			t.Fatalf("filling %s: %v", d.dir, err)
-		}
-	}
-	return path
-}
+func (d *smallDisk) fill(t testing.TB, leave int64) string { return tmpfs.Fill(t, d.dir, leave) }
 
 // bigPayload is a message of about 4 KiB that names itself.
 func bigPayload(prefix string, i int) []byte {
