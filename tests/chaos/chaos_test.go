@@ -274,11 +274,12 @@ func TestChaos(t *testing.T) {
 	s.Valid = nerr == nil && herr == nil
 	for _, w := range workloads {
 		own := w.own(ops)
-		// Porcupine's windows of pipelined sends overlap more; the
-		// exact sweep checks the same property over the whole history.
+		// Porcupine cannot decide windows of heavily pipelined sends in
+		// time (every window of the bulk workload came back Unknown after
+		// 10 s): for them the exact sweep alone checks the property.
 		perWindow := time.Minute
 		if w.Burst > 0 {
-			perWindow = 10 * time.Second
+			perWindow = 0
 		}
 		q, a := CheckQueue(own), CheckAppends(own, perWindow)
 		s.Queue[w.Stream], s.Appends[w.Stream] = q, a

@@ -97,6 +97,9 @@ func TestAppendsCheckerCatches(t *testing.T) {
 	if r := CheckAppends(ops, 10*time.Second); r.Valid || r.Linearizable != "Illegal" {
 		t.Fatalf("a stale offset: %+v", r)
 	}
+	if r := CheckAppends(ops, 0); r.Valid || r.Linearizable != "skipped" || r.StaleOffsets != 1 {
+		t.Fatalf("a stale offset, porcupine skipped: %+v", r)
+	}
 	dup := append(sendOp("a", 0, 10, 0), Op{F: "receive", Kind: OK, Value: "a", Offset: 1, Time: 50})
 	if r := CheckAppends(dup, 10*time.Second); r.Valid || r.DuplicateAppends != 1 {
 		t.Fatalf("a message stored twice: %+v", r)
