@@ -3,8 +3,11 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,4 +59,15 @@ func TestCloseDispatchersCancelsStalledPushes(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// A leader whose Raft log cannot take an entry (a full disk) tells its
+// client to try again, as for a leader change: the client retries, where
+// an Unknown error would make a consumer give up.
+func TestRaftErrorOfFullDiskIsRetryable(t *testing.T) {
+	p := &partition{name: "persistent://t/f/s"}
+	err := fmt.Errorf("cluster: group g: apply: %w", &os.PathError{Op: "write", Path: "raft.db", Err: syscall.ENOSPC})
+	if got := p.raftError(err); transport.CodeOf(got) != transport.CodeServiceNotReady {
+		t.Fatalf("a full disk under Raft: %v, want ServiceNotReady", got)
+	}
 }

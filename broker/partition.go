@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -520,6 +521,10 @@ func (p *partition) raftError(err error) error {
 		// Committed, and stored by the other replicas: a retry finds it
 		// there, deduplicated.
 		return wireError(transport.CodeServiceNotReady, "partition %s stopped on this node (%v); its other replicas take over", p.name, err)
+	case errors.Is(err, syscall.ENOSPC):
+		// The leader could not store the entry in its Raft log: it steps
+		// down, and a member with space takes over.
+		return wireError(transport.CodeServiceNotReady, "partition %s: its leader's disk is full (%v); another replica takes over: try again", p.name, err)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
