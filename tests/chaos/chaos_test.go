@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ var (
 	runOut   = flag.String("chaos.out", "", "directory for run directories (default: the system's temporary directory)")
 	runNetns = flag.Bool("chaos.netns", true, "run nodes in network namespaces (root, iproute2) to inject partitions and netem; loopback otherwise")
 	runDisks = flag.Bool("chaos.lazyfs", true, "put the nodes' data on lazyfs mounts (root, /dev/fuse) to inject power loss")
+	runFull  = flag.Bool("chaos.diskfull", true, "with lazyfs, inject disk-full faults (one node, a majority)")
 )
 
 var bin string
@@ -143,7 +145,11 @@ func TestChaos(t *testing.T) {
 			}()
 		}
 	}
-	plan := Plan(seed, *runTime, *runNodes, Kinds(nt, disks != nil))
+	kinds := Kinds(nt, disks != nil)
+	if !*runFull {
+		kinds = slices.DeleteFunc(kinds, func(k FaultKind) bool { return k == DiskFullOne || k == DiskFullMajority })
+	}
+	plan := Plan(seed, *runTime, *runNodes, kinds)
 	if err := os.WriteFile(filepath.Join(runDir, "plan.txt"), []byte(FormatPlan(seed, plan)), 0o644); err != nil {
 		t.Fatal(err)
 	}
