@@ -79,6 +79,20 @@ func byID(nodes []*clusterNode, id string) *clusterNode {
 	return nil
 }
 
+// streamAndProducer creates stream with one partition on 3 replicas and
+// returns a producer on it.
+func streamAndProducer(ctx context.Context, t testing.TB, c *client.Client, stream string, sendTimeout time.Duration, opts ...client.StreamOption) *client.Producer {
+	t.Helper()
+	if err := c.CreateStream(ctx, stream, 1, 3, opts...); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: sendTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // leaderOf returns a partition's leader as the cluster reports it.
 func leaderOf(ctx context.Context, t testing.TB, c *client.Client, partition string) string {
 	t.Helper()
@@ -616,13 +630,7 @@ func TestClusterRepairsDamagedCopy(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	const stream = "persistent://acme/prod/damaged"
 	c := newClient(t, clusterURL(nodes))
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := streamAndProducer(ctx, t, c, stream, time.Minute)
 	acked, failed := produce(ctx, p, 2000, 0, "a", nil)
 	if len(failed) > 0 {
 		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
@@ -683,13 +691,7 @@ func TestClusterRenewsCopyDamagedInSealedSegment(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/sealed"
 	c := newClient(t, clusterURL(nodes))
-	if err := c.CreateStream(ctx, stream, 1, 3, client.WithRetention(client.RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: -1})); err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := streamAndProducer(ctx, t, c, stream, time.Minute, client.WithRetention(client.RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: -1}))
 	acked, failed := produce(ctx, p, 6000, 0, "a", nil)
 	if len(failed) > 0 {
 		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])

@@ -41,6 +41,20 @@ func (d *smallDisk) free(t testing.TB) int64 { return tmpfs.Free(t, d.dir) }
 // same mount) so that about leave bytes stay free.
 func (d *smallDisk) fill(t testing.TB, leave int64) string { return tmpfs.Fill(t, d.dir, leave) }
 
+// startOnSmallDisks starts 3 nodes, each with its data on a 64 MiB
+// tmpfs of its own and a 16 MiB reserve.
+func startOnSmallDisks(t *testing.T) ([]*clusterNode, []*smallDisk) {
+	t.Helper()
+	root := t.TempDir()
+	disks := make([]*smallDisk, 3)
+	dirs := make([]string, 3)
+	for i := range disks {
+		dirs[i] = filepath.Join(root, fmt.Sprintf("n%d", i+1))
+		disks[i] = mountSmallDisk(t, dirs[i], 64<<20)
+	}
+	return startClusterIn(t, dirs, "--min-free-disk", "16MiB"), disks
+}
+
 // bigPayload is a message of about 4 KiB that names itself.
 func bigPayload(prefix string, i int) []byte {
 	head := fmt.Sprintf("%s-%06d-", prefix, i)
@@ -108,25 +122,12 @@ func readAs(ctx context.Context, t *testing.T, c *client.Client, stream, sub str
 // filler files are deleted, sends go through again without a restart, and
 // no node stopped or restarted on the way.
 func TestDiskFullRefusesSendsAndResumes(t *testing.T) {
-	root := t.TempDir()
 	const reserve, headroom = 16 << 20, 10 << 20
-	disks := make([]*smallDisk, 3)
-	dirs := make([]string, 3)
-	for i := range disks {
-		dirs[i] = filepath.Join(root, fmt.Sprintf("n%d", i+1))
-		disks[i] = mountSmallDisk(t, dirs[i], 64<<20)
-	}
-	nodes := startClusterIn(t, dirs, "--min-free-disk", "16MiB")
+	nodes, disks := startOnSmallDisks(t)
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/diskfull"
 	c := newClient(t, clusterURL(nodes))
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := streamAndProducer(ctx, t, c, stream, 3*time.Second)
 	defer p.Close()
 	acked, failed := sendRound(ctx, p, "before", 100)
 	if len(failed) > 0 {
@@ -305,24 +306,11 @@ func TestReplicaOutOfSpaceCatchesUp(t *testing.T) {
 }
 
 func testReplicaOutOfSpace(t *testing.T, leads bool) {
-	root := t.TempDir()
-	disks := make([]*smallDisk, 3)
-	dirs := make([]string, 3)
-	for i := range disks {
-		dirs[i] = filepath.Join(root, fmt.Sprintf("n%d", i+1))
-		disks[i] = mountSmallDisk(t, dirs[i], 64<<20)
-	}
-	nodes := startClusterIn(t, dirs, "--min-free-disk", "16MiB")
+	nodes, _ := startOnSmallDisks(t)
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/replica-full"
 	c := newClient(t, clusterURL(nodes))
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := streamAndProducer(ctx, t, c, stream, 20*time.Second)
 	defer p.Close()
 	acked := map[string]client.MessageID{}
 	send := func(prefix string, count int) {
