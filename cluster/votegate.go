@@ -34,6 +34,9 @@ import (
 // RequestPreVote fail before they leave, and TimeoutNow is refused. It
 // still answers AppendEntries and votes, so the group keeps its majority
 // until it has removed the member.
+//
+// Its pipelines are guarded too (pipeline.go): a follower's refusal never
+// wedges the leader's replication to it.
 type voteGate struct {
 	*raft.NetworkTransport
 	local   raft.ServerID

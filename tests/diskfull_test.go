@@ -418,3 +418,76 @@ func testReplicaOutOfSpace(t *testing.T, leads bool) {
 		t.Errorf("replica %s stopped the partition again after it was given space", victim.id)
 	}
 }
+
+// A follower whose whole disk fills, so that Raft's own store (raft.db)
+// is the first to refuse a write, neither exits nor stays behind: the two
+// others go on acknowledging, and each time an operator frees space the
+// follower catches up by itself, without a restart (the partition's log
+// is on another disk: its own refusal is TestReplicaOutOfSpaceCatchesUp's
+// case). Its refusal once
+// wedged the leader's pipelined replication to it (hashicorp/raft issue
+// 612, cluster.TestPipelineNeverBlocksAfterARefusal) in about one time of
+// five; the test fills and frees the disk three times.
+func TestFollowerRaftStoreFullCatchesUp(t *testing.T) {
+	nodes, disks := startOnSmallDisks(t)
+	ctx := testContext(t, 4*time.Minute)
+	const stream = "persistent://acme/prod/raftdb-full"
+	c := newClient(t, clusterURL(nodes))
+	p := streamAndProducer(ctx, t, c, stream, 20*time.Second)
+	defer p.Close()
+	acked := map[string]client.MessageID{}
+	send := func(prefix string, count int) {
+		t.Helper()
+		ok, failed := sendRound(ctx, p, prefix, count)
+		if len(failed) > 0 {
+			t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+		}
+		for k, id := range ok {
+			acked[k] = id
+		}
+	}
+	send("before", 100)
+	waitIdentical(ctx, t, nodes, stream)
+	leader := leaderOf(ctx, t, c, stream)
+	vi := slices.IndexFunc(nodes, func(n *clusterNode) bool { return n.id != leader })
+	victim := nodes[vi]
+	// The partition's log goes onto a large disk of its own, so that the
+	// Raft store, alone on the small one, is what runs out of space.
+	if err := victim.stop(); err != nil {
+		t.Fatal(err)
+	}
+	moveOnto(t, findLogDir(t, victim.dir), 1<<30)
+	for victim.restart(t); leaderOf(ctx, t, c, stream) == victim.id; victim.restart(t) {
+		if err := victim.stop(); err != nil { // it hands leadership over
+			t.Fatal(err)
+		}
+	}
+	waitIdentical(ctx, t, nodes, stream)
+	refusals := func() int { return strings.Count(victim.logs.String(), "failed to append to logs") }
+	for cycle := range 3 {
+		before := refusals()
+		filler := disks[vi].fill(t, 0)
+		for round := 0; refusals() == before; round++ {
+			if round == 20 {
+				t.Fatalf("cycle %d: 20 rounds of sends and the full follower %s never refused an append", cycle, victim.id)
+			}
+			send(fmt.Sprintf("full%d-%d", cycle, round), 100)
+		}
+		send(fmt.Sprint("refused", cycle), 100)
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		freed := time.Now()
+		waitIdentical(testContext(t, time.Minute), t, nodes, stream)
+		t.Logf("cycle %d: follower %s caught up %v after space was freed; %d messages acknowledged",
+			cycle, victim.id, time.Since(freed).Round(time.Millisecond), len(acked))
+	}
+	send("after", 200)
+	waitIdentical(ctx, t, nodes, stream)
+	readAll(ctx, t, c, stream, acked)
+	select {
+	case <-victim.exited:
+		t.Fatalf("replica %s exited:\n%s", victim.id, tail(victim.logs.String(), 30))
+	default:
+	}
+}

@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// errPipelineBroken fails a pipelined AppendEntries sent after the
+// follower refused an earlier one: the leader falls back to one request at
+// a time, which finds where the follower's log stands.
+var errPipelineBroken = errors.New("cluster: the follower refused a pipelined append; replicating one request at a time")
+
+// AppendEntriesPipeline implements raft.Transport: NetworkTransport's
+// pipeline, guarded (pipeline below).
+func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := g.NetworkTransport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return newPipeline(p), nil
+}
+
+// pipeline is a NetworkTransport pipeline that never blocks its sender
+// once the follower has refused a request.
+//
+// hashicorp/raft (1.8) reads a pipeline's responses until the first one
+// that is not a success (a follower whose log store failed a write, a
+// missing entry, a timed-out answer), then stops reading, while its send
+// loop may send once more before it sees the reader gone. The transport
+// hands every response to the reader through unbuffered channels, so that
+// send waits for ever: the leader never replicates to that follower again,
+// while its heartbeats, sent elsewhere, keep the follower from starting an
+// election (hashicorp/raft issue 612). The follower stays behind until the
+// leader changes, for one group among many on a node.
+//
+// The guard reads every response from the transport itself. It passes
+// them on until the first failure, which it passes on too; from then on it
+// drops what comes, and every new send fails at once with
+// errPipelineBroken, so Raft's send loop ends, its pipeline closes, and
+// it replicates one request at a time from where the follower's log is.
+type pipeline struct {
+	inner  raft.AppendPipeline
+	out    chan raft.AppendFuture
+	failed chan struct{} // closed by forward at the first failure
+	stop   chan struct{} // closed by Close
+	done   chan struct{} // closed when forward returned
+	once   sync.Once
+}
+
+func newPipeline(inner raft.AppendPipeline) *pipeline {
+	p := &pipeline{
+		inner:  inner,
+		out:    make(chan raft.AppendFuture),
+		failed: make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go p.forward()
+	return p
+}
+
+// AppendEntries implements raft.AppendPipeline.
+func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	select {
+	case <-p.failed:
+		return nil, errPipelineBroken
+	default:
+	}
+	return p.inner.AppendEntries(args, resp)
+}
+
+// Consumer implements raft.AppendPipeline.
+func (p *pipeline) Consumer() <-chan raft.AppendFuture { return p.out }
+
+// Close implements raft.AppendPipeline: it stops forwarding and closes
+// the transport's pipeline, which ends its reader.
+func (p *pipeline) Close() error {
+	p.once.Do(func() { close(p.stop) })
+	err := p.inner.Close()
+	<-p.done
+	return err
+}
+
+// forward reads the transport's responses for as long as the pipeline is
+// open, so the transport's reader, and through it every send, never
+// waits on Raft's reader once that one has stopped.
+func (p *pipeline) forward() {
+	defer close(p.done)
+	in := p.inner.Consumer()
+	broken := false
+	for {
+		var f raft.AppendFuture
+		select {
+		case f = <-in:
+		case <-p.stop:
+			return
+		}
+		if broken {
+			continue // Raft's reader has stopped
+		}
+		// The transport hands over a future once it is answered:
+		// Error does not wait.
+		if f.Error() != nil || !f.Response().Success {
+			broken = true
+			close(p.failed)
+		}
+		select {
+		case p.out <- f:
+		case <-p.stop:
+			return
+		}
+	}
+}

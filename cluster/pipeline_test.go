@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A follower that refuses a pipelined append (its log store failed a
+// write) must not wedge the leader's replication to it. Raft's reader
+// stops at the first refusal; the sends that follow must fail at once
+// instead of waiting for ever on the transport's unbuffered channels
+// (hashicorp/raft issue 612), so that Raft falls back to one request at a
+// time and the follower catches up. Two real NetworkTransports over TCP;
+// the test plays Raft's side of the pipeline as hashicorp/raft 1.8 does.
+func TestPipelineNeverBlocksAfterARefusal(t *testing.T) {
+	leader, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close()
+	follower, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follower.Close()
+
+	// The follower takes the first three appends, then refuses every
+	// one, as a follower whose disk is full does.
+	const accepted = 3
+	stop := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		n := 0
+		for {
+			select {
+			case rpc := <-follower.Consumer():
+				n++
+				rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: n <= accepted}, nil)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-served }()
+
+	inner, err := leader.AppendEntriesPipeline("f", follower.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPipeline(inner)
+	defer p.Close()
+
+	// Raft's reader: it stops at the first response that is not a
+	// success, as pipelineDecode does.
+	var successes int
+	decoded := make(chan struct{})
+	go func() {
+		defer close(decoded)
+		for f := range p.Consumer() {
+			if f.Error() != nil || !f.Response().Success {
+				return
+			}
+			successes++
+		}
+	}()
+
+	// Raft's send loop: it goes on sending until a send fails. Each send
+	// gets a bounded wait: a send that does not return is the bug.
+	send := func(i int) error {
+		res := make(chan error, 1)
+		go func() {
+			req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: uint64(i), Entries: []*raft.Log{{Index: uint64(i + 1), Term: 1}}}
+			_, err := p.AppendEntries(req, new(raft.AppendEntriesResponse))
+			res <- err
+		}()
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("pipelined send %d blocked for 10s after the follower refused one", i)
+			return nil
+		}
+	}
+	var sendErr error
+	for i := 0; i < 64 && sendErr == nil; i++ {
+		sendErr = send(i)
+		if i == accepted {
+			// The refusal has reached Raft's reader, which stopped.
+			<-decoded
+		}
+	}
+	if sendErr == nil {
+		t.Fatal("64 sends after a refusal all went through; want errPipelineBroken")
+	}
+	if sendErr != errPipelineBroken {
+		t.Fatalf("send after a refusal: %v, want errPipelineBroken", sendErr)
+	}
+	if successes != accepted {
+		t.Errorf("Raft's reader saw %d successes, want %d", successes, accepted)
+	}
+}
