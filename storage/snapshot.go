@@ -154,6 +154,15 @@ func (s *Snapshot) Remove() error {
 // WriteTo streams the snapshot: a header with the manifest, then every
 // segment's bytes up to the size the manifest recorded. Log.Restore reads
 // this stream.
+//
+// It checks every batch as it streams it (its header and CRC, and that
+// offsets and Raft indexes follow), so a segment damaged on disk since it
+// was written fails WriteTo with a *CorruptError (errors.Is ErrCorrupt)
+// naming the segment file and the batch's position, and the damaged batch
+// never reaches w whole: a replica that would refuse the stream is not sent
+// it again and again. Segments are read through an io.Seeker, so a writer
+// whose ReadFrom measures a seeker by seeking to its end takes the size
+// without reading any data (and so without checking it).
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	b, err := json.Marshal(s.info)
 	if err != nil {
@@ -168,11 +177,12 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		return total, err
 	}
 	for _, seg := range s.info.Segments {
-		f, err := os.Open(filepath.Join(s.dir, segmentName(seg.Base)))
+		path := filepath.Join(s.dir, segmentName(seg.Base))
+		f, err := os.Open(path)
 		if err != nil {
 			return total, fmt.Errorf("storage: snapshot: %w", err)
 		}
-		n, err := io.Copy(w, io.NewSectionReader(f, 0, seg.Size))
+		n, err := io.Copy(w, newCheckedSegment(f, path, seg))
 		f.Close()
 		total += n
 		if err != nil {
@@ -183,6 +193,138 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// checkedSegment reads one segment of a snapshot through an
+// io.SectionReader and checks its batches as the bytes pass through Read,
+// holding no more than a batch header: each batch's header is parsed, its
+// CRC-32C is computed as its bytes go by and compared when its last byte
+// arrives, and its offset and Raft index must follow the previous batch's.
+// A damaged batch is a *CorruptError, from that Read on; that Read returns
+// only the bytes before the damaged batch, so the batch is never passed on
+// whole. A segment that ends inside a batch is damaged too.
+//
+// Seek moves the SectionReader, so io.Copy into a ReaderFrom that measures
+// a seeker by seeking reads nothing. Checking follows batches in order from
+// the start of the segment: after a seek, a Read at the position checking
+// reached goes on checking, a Read at 0 starts checking again from the
+// first batch, a Read at or past the end returns io.EOF, and a Read
+// anywhere else fails and reads nothing rather than return unchecked bytes.
+type checkedSegment struct {
+	r    *io.SectionReader
+	path string
+	base uint64
+	pos  int64 // position of the SectionReader
+	err  error // damage found; every later Read returns it
+
+	// Checking state. checked is the position up to which bytes went
+	// through check; start is the position of the batch being read.
+	checked, start int64
+	hdr            [batchHeaderSize]byte
+	nhdr           int         // bytes of the batch's header seen so far
+	h              batchHeader // the batch's header once nhdr is full
+	left           int64       // bytes of the batch still to come after its header
+	crc            uint32      // CRC-32C of the batch's bytes from byte 8 seen so far
+	next           uint64      // offset the next batch must start at
+	raft           uint64      // Raft index of the previous batch
+}
+
+func newCheckedSegment(f *os.File, path string, seg SnapshotSegment) *checkedSegment {
+	return &checkedSegment{r: io.NewSectionReader(f, 0, seg.Size), path: path, base: seg.Base, next: seg.Base}
+}
+
+func (c *checkedSegment) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.pos != c.checked {
+		switch {
+		case c.pos == 0:
+			c.checked, c.start, c.nhdr, c.left, c.next, c.raft = 0, 0, 0, 0, c.base, 0
+		case c.pos >= c.r.Size():
+			return 0, io.EOF
+		default:
+			return 0, fmt.Errorf("storage: snapshot segment %s: cannot check a read at byte %d after a seek", c.path, c.pos)
+		}
+	}
+	n, err := c.r.Read(p)
+	c.pos += int64(n)
+	if bad := c.check(p[:n]); bad != nil {
+		return c.fail(n, bad)
+	}
+	if err == io.EOF && c.nhdr > 0 {
+		reason := "segment ends inside a batch"
+		if c.nhdr < batchHeaderSize {
+			reason = "batch header cut short"
+		}
+		return c.fail(n, c.corrupt(reason))
+	}
+	return n, err
+}
+
+// fail records the damage found in the n bytes just read and returns the
+// part of them before the damaged batch.
+func (c *checkedSegment) fail(n int, bad error) (int, error) {
+	c.err = bad
+	return int(max(0, c.start-(c.pos-int64(n)))), bad
+}
+
+// check runs b, the bytes that follow c.checked, through the batch checks.
+// On damage, c.start is the damaged batch's position.
+func (c *checkedSegment) check(b []byte) error {
+	for len(b) > 0 {
+		if c.nhdr < batchHeaderSize {
+			k := copy(c.hdr[c.nhdr:], b)
+			c.nhdr += k
+			c.checked += int64(k)
+			b = b[k:]
+			if c.nhdr < batchHeaderSize {
+				return nil
+			}
+			h, err := parseHeader(c.hdr[:], MaxBatchBytesLimit)
+			if err != nil {
+				return c.corrupt(err.Error())
+			}
+			if c.start+h.size() > c.r.Size() {
+				return c.corrupt("batch runs past the end of the segment")
+			}
+			c.h, c.left = h, h.size()-batchHeaderSize
+			c.crc = crc32.Checksum(c.hdr[8:], crcTable)
+		}
+		k := min(c.left, int64(len(b)))
+		c.crc = crc32.Update(c.crc, crcTable, b[:k])
+		c.left -= k
+		c.checked += k
+		b = b[k:]
+		if c.left > 0 {
+			return nil
+		}
+		switch h := c.h; {
+		case h.crc != c.crc:
+			return c.corrupt(fmt.Sprintf("checksum mismatch: stored %#08x, computed %#08x", h.crc, c.crc))
+		case h.baseOffset != c.next:
+			return c.corrupt(fmt.Sprintf("batch starts at offset %d, expected %d", h.baseOffset, c.next))
+		case c.start > 0 && h.raftIndex <= c.raft:
+			return c.corrupt(fmt.Sprintf("raft index %d does not follow %d", h.raftIndex, c.raft))
+		}
+		c.start += c.h.size()
+		c.nhdr, c.next, c.raft = 0, c.h.next(), c.h.raftIndex
+	}
+	return nil
+}
+
+func (c *checkedSegment) corrupt(reason string) error {
+	return &CorruptError{File: c.path, Position: c.start, Offset: c.next, Reason: reason}
+}
+
+// Seek moves the underlying SectionReader; see checkedSegment for how
+// checking follows.
+func (c *checkedSegment) Seek(offset int64, whence int) (int64, error) {
+	p, err := c.r.Seek(offset, whence)
+	if err == nil {
+		c.pos = p
+	}
+	return p, err
 }
 
 // readSnapshotHeader reads the header that WriteTo writes.
