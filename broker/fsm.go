@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
@@ -838,10 +839,13 @@ func (s *fsmSnapshot) Release() {
 // adopted: the store's Expand function.
 func expandLogSnapshot(dir string, w io.Writer) error {
 	snap, err := storage.OpenSnapshot(dir)
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = snap.WriteTo(w)
 	}
-	_, err = snap.WriteTo(w)
+	if errors.Is(err, storage.ErrCorrupt) {
+		// The snapshot store sets it aside and the copy is renewed.
+		return fmt.Errorf("%w: %w", cluster.ErrDamaged, err)
+	}
 	return err
 }
 

@@ -472,7 +472,7 @@ func (n *Node) reconcile() {
 			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
 			continue
 		}
-		if errors.Is(err, storage.ErrCorrupt) {
+		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged) {
 			n.askRenewal(name, self[name], err)
 			continue
 		}
@@ -728,6 +728,16 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
 	gcfg.NodeID = self
 	gcfg.Retired = retired
+	// The Raft log found damaged while the group runs: the copy stops
+	// serving and is renewed, as for a damaged read of its log (damage
+	// found while it opens fails the open instead).
+	var damage atomic.Pointer[error]
+	gcfg.OnDamage = func(err error) {
+		damage.Store(&err)
+		if p := target.Load(); p != nil {
+			p.damaged(err)
+		}
+	}
 	g, err := cluster.OpenGroup(gcfg)
 	if err != nil {
 		log.Close()
@@ -775,6 +785,9 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	}
 	p.disk = n.disk
 	target.Store(p)
+	if err := damage.Load(); err != nil {
+		p.damaged(*err) // found before the partition existed
+	}
 	if retired {
 		p.stopAccepting() // serves nobody: its loops never start
 	} else {
@@ -802,6 +815,10 @@ func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 	}
 	into[lp.name] = lp
 	n.mu.Unlock()
+	if err := lp.damageFound(); err != nil {
+		// Found damaged before it was kept: damagedCopy did not find it.
+		n.damagedCopy(lp.name, lp.partition, err)
+	}
 	return true
 }
 

@@ -112,10 +112,11 @@ type partition struct {
 	// onLeadership is told every leadership change (the node announces
 	// it to the cluster); it must not block. May be nil.
 	onLeadership func(cluster.Leadership)
-	// onDamage is told, once, that a read found the log damaged; it must
-	// not block. May be nil.
+	// onDamage is told, once, that a read found the copy damaged (its log,
+	// or its Raft log); it must not block. May be nil.
 	onDamage   func(error)
 	damageOnce sync.Once
+	damage     atomic.Pointer[error] // the first damage found
 	// disk is the node's free-space reserve, checked before a send is
 	// proposed; nil admits every send.
 	disk *diskReserve
@@ -1048,4 +1049,20 @@ func (p *partition) attached() bool {
 		}
 	}
 	return false
+}
+
+// damaged reports, once, that this copy was found damaged on disk.
+func (p *partition) damaged(err error) {
+	p.damage.CompareAndSwap(nil, &err)
+	if p.onDamage != nil {
+		p.damageOnce.Do(func() { p.onDamage(err) })
+	}
+}
+
+// damageFound returns the first damage reported, or nil.
+func (p *partition) damageFound() error {
+	if err := p.damage.Load(); err != nil {
+		return *err
+	}
+	return nil
 }

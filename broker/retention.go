@@ -335,8 +335,8 @@ func (p *partition) read(offset uint64, maxMessages, maxBytes int) ([]storage.Me
 		return nil, fmt.Errorf("%w: offset %d, partition starts at %d", storage.ErrTrimmed, offset, start)
 	}
 	msgs, err := p.log.Read(offset, maxMessages, maxBytes)
-	if errors.Is(err, storage.ErrCorrupt) && p.onDamage != nil {
-		p.damageOnce.Do(func() { p.onDamage(err) })
+	if errors.Is(err, storage.ErrCorrupt) {
+		p.damaged(err)
 	}
 	return msgs, err
 }

@@ -86,6 +86,12 @@ type GroupConfig struct {
 	// Retired opens the member retired (see Group.Retire): a member the
 	// group may still count, whose place has been given to another.
 	Retired bool
+	// OnDamage is told, once, that the running group found its Raft log
+	// damaged on disk (an error matching ErrDamaged). The group refuses to
+	// use what is damaged, but goes on otherwise: the caller stops serving
+	// this copy (closes the group) and has it renewed. It must not block:
+	// it may be called from Raft's goroutines. Nil ignores it.
+	OnDamage func(error)
 }
 
 // DefaultGroupConfig returns the defaults of every optional field. The

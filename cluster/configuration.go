@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"io"
 	"slices"
 	"sync/atomic"
@@ -74,6 +75,16 @@ type configFSM struct {
 }
 
 var _ raft.ConfigurationStore = (*configFSM)(nil)
+
+// Apply hands the entry to the caller's FSM, unless it stands for an entry
+// the log could not read (damagedEntry): the group is about to stop, and
+// its FSM must never see it.
+func (f *configFSM) Apply(l *raft.Log) any {
+	if isDamagedEntry(l) {
+		return fmt.Errorf("%w: entry %d could not be read", ErrDamaged, l.Index)
+	}
+	return f.FSM.Apply(l)
+}
 
 // StoreConfiguration is called by Raft once a configuration entry is
 // committed.

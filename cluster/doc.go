@@ -48,6 +48,13 @@
 // when a majority is gone. A deadline gives ErrTimeout; the outcome of an
 // Apply that timed out, or that failed with ErrLeadershipLost, is unknown.
 //
+// Damage on disk: every Raft entry a group stores carries a CRC-32C, and
+// every read checks it; snapshots' metadata and state carry theirs. A
+// group whose Raft log holds a damaged entry it would replay fails to open
+// with ErrDamaged; damage a running group finds (an entry or a snapshot
+// read for a follower) is never sent, and is reported once to
+// GroupConfig.OnDamage, so the caller renews that copy.
+//
 // Errors are the sentinels of errors.go, tested with errors.Is. An
 // operation that needs the leader fails elsewhere with a *NotLeaderError
 // naming the leader this node knows of, so the caller can redirect.

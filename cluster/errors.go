@@ -44,6 +44,13 @@ var (
 	// metadata or state file is damaged, or whose expanded content does not
 	// have the size recorded when it was taken.
 	ErrBadSnapshot = errors.New("cluster: bad snapshot")
+	// ErrDamaged is matched by the error of OpenGroup when the group's
+	// Raft log (raft.db) is damaged on disk (an entry fails its checksum, is
+	// missing or cannot be read), or when none of its snapshots can be
+	// restored; and by the error given to GroupConfig.OnDamage when a
+	// running group finds such damage. The group's copy must not serve: it
+	// is to be renewed from the other members.
+	ErrDamaged = errors.New("cluster: raft state damaged on disk")
 	// ErrNotStarted is returned by Membership.Leave before Start.
 	ErrNotStarted = errors.New("cluster: membership not started")
 	// ErrStarted is returned by Membership.Start when it has started

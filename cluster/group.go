@@ -52,7 +52,9 @@ type Group struct {
 	gate    *voteGate // trans as Raft sees it
 	layer   *Layer
 	store   *raftboltdb.BoltStore
-	stable  *stableStore // Raft's term and vote (stable.go)
+	log     *checkedStore // store as Raft sees it (logstore.go)
+	damage  *damageReport // where its stores report damage
+	stable  *stableStore  // Raft's term and vote (stable.go)
 	snaps   *SnapshotStore
 	fsm     *configFSM // cfg.FSM, learning committed configurations
 	obs     *raft.Observer
@@ -120,10 +122,14 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	}
 	undo = append(undo, func() { g.stable.Close() })
 
+	// While Raft opens, damage is recorded, not reported: the open fails.
+	g.damage = &damageReport{notify: cfg.OnDamage}
+	g.damage.opening.Store(true)
 	g.snaps, err = OpenSnapshotStore(filepath.Join(cfg.Dir, snapshotsDir), SnapshotStoreConfig{
-		Retain: cfg.SnapshotRetain,
-		Expand: cfg.Expand,
-		Logger: logger,
+		Retain:   cfg.SnapshotRetain,
+		Expand:   cfg.Expand,
+		Logger:   logger,
+		OnDamage: g.damage.report,
 	})
 	if err != nil {
 		return fail(err)
@@ -149,7 +155,19 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 
 	g.fsm = &configFSM{FSM: cfg.FSM, snaps: g.snaps}
 	g.fsm.fromSnapshots()
-	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), g.fsm, g.store, g.stable, g.snaps, gate)
+	g.log = &checkedStore{LogStore: g.store, damage: g.damage}
+	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), g.fsm, g.log, g.stable, g.snaps, gate)
+	g.damage.opening.Store(false)
+	if derr := g.damage.found(); derr != nil {
+		if err == nil {
+			// NewRaft read every entry this member would apply, and
+			// one is damaged: stop Raft before it applies anything.
+			if serr := g.raft.Shutdown().Error(); serr != nil {
+				logger.Warn("raft did not shut down cleanly after finding its log damaged", "err", serr)
+			}
+		}
+		return fail(derr)
+	}
 	if err != nil {
 		return fail(err)
 	}

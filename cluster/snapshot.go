@@ -76,6 +76,10 @@ type SnapshotStoreConfig struct {
 	Expand ExpandFunc
 	// Logger receives the store's events. Nil discards them.
 	Logger *slog.Logger
+	// OnDamage is told when a snapshot is found damaged while it is read
+	// (an error matching ErrDamaged); the store has set the snapshot aside
+	// already. It must not block. Nil ignores it.
+	OnDamage func(error)
 }
 
 // SnapshotStore is a raft.SnapshotStore on local disk in which a snapshot
@@ -88,8 +92,13 @@ type SnapshotStore struct {
 	expand ExpandFunc
 	logger *slog.Logger
 
+	onDamage func(error)
+
 	mu      sync.Mutex
 	readers map[string]int // open readers per snapshot id; reaping skips them
+	// condemned holds the snapshots found damaged while read: they are
+	// never listed or opened again, and go once nobody reads them.
+	condemned map[string]bool
 }
 
 var _ raft.SnapshotStore = (*SnapshotStore)(nil)
@@ -102,6 +111,19 @@ type snapshotMeta struct {
 	StateCRC          uint32 `json:"state_crc"` // CRC-32C of state.bin
 	Adopted           bool   `json:"adopted"`
 	DataSize          int64  `json:"data_size"` // bytes Expand writes for data/
+	// MetaCRC is the CRC-32C of the metadata encoded with MetaCRC zero.
+	// Zero (older versions) is not checked.
+	MetaCRC uint32 `json:"meta_crc,omitempty"`
+}
+
+// metaChecksum returns the CRC-32C of m's encoding with MetaCRC zero.
+func metaChecksum(m snapshotMeta) (uint32, error) {
+	m.MetaCRC = 0
+	b, err := json.Marshal(&m)
+	if err != nil {
+		return 0, err
+	}
+	return crc32.Checksum(b, crcTable), nil
 }
 
 // OpenSnapshotStore opens the store in dir, creating it if needed, and
@@ -121,11 +143,13 @@ func OpenSnapshotStore(dir string, cfg SnapshotStoreConfig) (*SnapshotStore, err
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
 	s := &SnapshotStore{
-		dir:     dir,
-		retain:  cfg.Retain,
-		expand:  cfg.Expand,
-		logger:  cfg.Logger,
-		readers: make(map[string]int),
+		dir:       dir,
+		retain:    cfg.Retain,
+		expand:    cfg.Expand,
+		logger:    cfg.Logger,
+		onDamage:  cfg.OnDamage,
+		readers:   make(map[string]int),
+		condemned: make(map[string]bool),
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -139,7 +163,57 @@ func OpenSnapshotStore(dir string, cfg SnapshotStoreConfig) (*SnapshotStore, err
 			}
 		}
 	}
+	if err := s.removeDamaged(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// removeDamaged removes every finished snapshot whose metadata or state
+// fails its checks: Raft then restores an older one, or none, and replays
+// its log from there (a group whose log no longer reaches back that far
+// fails to open with ErrDamaged). The adopted data is not read: its
+// batches are checked when a snapshot is streamed.
+func (s *SnapshotStore) removeDamaged() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("cluster: snapshot store: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), snapTmpSuffix) {
+			continue
+		}
+		m, err := s.readMeta(e.Name())
+		if err == nil {
+			err = s.checkState(m)
+		}
+		if err == nil || !errors.Is(err, ErrBadSnapshot) {
+			continue // an I/O error is not damage: List skips it
+		}
+		s.logger.Error("removing a damaged snapshot", "name", e.Name(), "error", err)
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return fmt.Errorf("cluster: snapshot store: removing damaged snapshot: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkState reads m's state file and checks its size and checksum.
+func (s *SnapshotStore) checkState(m *snapshotMeta) error {
+	f, err := os.Open(filepath.Join(s.dir, m.ID, snapStateFile))
+	if err != nil {
+		return fmt.Errorf("cluster: snapshot %s: %w", m.ID, err)
+	}
+	defer f.Close()
+	crc := crc32.New(crcTable)
+	n, err := io.Copy(crc, f)
+	if err != nil {
+		return fmt.Errorf("cluster: snapshot %s: %w", m.ID, err)
+	}
+	if n != m.StateSize || crc.Sum32() != m.StateCRC {
+		return fmt.Errorf("%w: %s: state file does not match its checksum", ErrBadSnapshot, m.ID)
+	}
+	return nil
 }
 
 // Dir returns the store's directory.
@@ -219,7 +293,7 @@ func (s *SnapshotStore) finished() ([]*snapshotMeta, error) {
 	}
 	var metas []*snapshotMeta
 	for _, e := range entries {
-		if !e.IsDir() || strings.HasSuffix(e.Name(), snapTmpSuffix) {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), snapTmpSuffix) || s.condemned[e.Name()] {
 			continue
 		}
 		m, err := s.readMeta(e.Name())
@@ -264,7 +338,32 @@ func (s *SnapshotStore) readMeta(id string) (*snapshotMeta, error) {
 	if m.StateSize < 0 || m.DataSize < 0 || m.Size != m.StateSize+m.DataSize {
 		return nil, fmt.Errorf("%w: %s: sizes do not add up", ErrBadSnapshot, id)
 	}
+	if m.MetaCRC != 0 {
+		if crc, err := metaChecksum(m); err != nil || crc != m.MetaCRC {
+			return nil, fmt.Errorf("%w: %s: meta does not match its checksum", ErrBadSnapshot, id)
+		}
+	}
 	return &m, nil
+}
+
+// condemn sets aside a snapshot found damaged while read: it is listed and
+// opened no more, removed once its last reader is gone, and the damage is
+// reported.
+func (s *SnapshotStore) condemn(id string, cause error) {
+	s.mu.Lock()
+	first := !s.condemned[id]
+	s.condemned[id] = true
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	s.logger.Error("snapshot damaged; set aside", "id", id, "error", cause)
+	if err := s.reap(); err != nil {
+		s.logger.Warn("reaping snapshots", "error", err)
+	}
+	if s.onDamage != nil {
+		s.onDamage(fmt.Errorf("%w: snapshot %s: %w", ErrDamaged, id, cause))
+	}
 }
 
 // Open returns a snapshot's metadata and its stream: the bytes written to
@@ -278,9 +377,16 @@ func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 		return nil, nil, fmt.Errorf("%w: bad id %q", ErrBadSnapshot, id)
 	}
 	s.mu.Lock()
+	if s.condemned[id] {
+		s.mu.Unlock()
+		return nil, nil, fmt.Errorf("cluster: open snapshot %s: %w: set aside as damaged", id, ErrBadSnapshot)
+	}
 	m, err := s.readMeta(id)
 	if err != nil {
 		s.mu.Unlock()
+		if errors.Is(err, ErrBadSnapshot) {
+			s.condemn(id, err)
+		}
 		return nil, nil, fmt.Errorf("cluster: open snapshot %s: %w", id, err)
 	}
 	s.readers[id]++
@@ -289,6 +395,9 @@ func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	rc, err := s.openStream(m)
 	if err != nil {
 		s.release(id)
+		if errors.Is(err, ErrBadSnapshot) {
+			s.condemn(id, err)
+		}
 		return nil, nil, err
 	}
 	return &m.SnapshotMeta, rc, nil
@@ -300,15 +409,9 @@ func (s *SnapshotStore) openStream(m *snapshotMeta) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: open snapshot %s: %w", m.ID, err)
 	}
-	crc := crc32.New(crcTable)
-	n, err := io.Copy(crc, f)
-	if err != nil {
+	if err := s.checkState(m); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("cluster: open snapshot %s: %w", m.ID, err)
-	}
-	if n != m.StateSize || crc.Sum32() != m.StateCRC {
-		f.Close()
-		return nil, fmt.Errorf("%w: %s: state file does not match its checksum", ErrBadSnapshot, m.ID)
+		return nil, err
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		f.Close()
@@ -331,10 +434,14 @@ func (s *SnapshotStore) openStream(m *snapshotMeta) (io.ReadCloser, error) {
 		defer close(r.done)
 		cw := &countWriter{w: pw}
 		err := s.expand(filepath.Join(dir, snapDataDir), cw)
+		if errors.Is(err, ErrDamaged) {
+			s.condemn(m.ID, err)
+		}
 		if err != nil {
 			err = fmt.Errorf("cluster: snapshot %s: expand: %w", m.ID, err)
 		} else if cw.n != m.DataSize {
 			err = fmt.Errorf("%w: %s: expanded to %d bytes, %d when taken", ErrBadSnapshot, m.ID, cw.n, m.DataSize)
+			s.condemn(m.ID, err)
 		}
 		pw.CloseWithError(err) // nil means io.EOF
 	}()
@@ -373,6 +480,15 @@ func (s *SnapshotStore) reap() error {
 		}
 		s.logger.Debug("reaping snapshot", "id", m.ID)
 		if err := os.RemoveAll(filepath.Join(s.dir, m.ID)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for id := range s.condemned {
+		if s.readers[id] > 0 {
+			continue
+		}
+		// The id stays condemned: Open refuses it by name.
+		if err := os.RemoveAll(filepath.Join(s.dir, id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -564,6 +680,11 @@ func (k *snapshotSink) finish() error {
 		}
 	}
 	k.meta.Size = k.meta.StateSize + k.meta.DataSize
+	crc, err := metaChecksum(k.meta)
+	if err != nil {
+		return err
+	}
+	k.meta.MetaCRC = crc
 	b, err := json.Marshal(&k.meta)
 	if err != nil {
 		return err

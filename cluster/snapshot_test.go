@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -325,11 +326,12 @@ func TestSnapshotStoreRecovery(t *testing.T) {
 	for _, m := range list {
 		ids = append(ids, m.ID)
 	}
-	if want := []string{damaged.ID(), good.ID()}; !slices.Equal(ids, want) {
+	// The damaged state was removed at open (TestSnapshotStoreRemovesDamagedAtOpen).
+	if want := []string{good.ID()}; !slices.Equal(ids, want) {
 		t.Fatalf("List = %v, want %v", ids, want)
 	}
-	if _, _, err := s.Open(damaged.ID()); !errors.Is(err, ErrBadSnapshot) {
-		t.Fatalf("Open of a damaged state file: %v", err)
+	if _, _, err := s.Open(damaged.ID()); err == nil {
+		t.Fatal("Open of a snapshot removed for a damaged state file succeeded")
 	}
 	for _, id := range []string{"", "..", "../x", unfinished.ID() + snapTmpSuffix} {
 		if _, _, err := s.Open(id); err == nil {
@@ -337,14 +339,14 @@ func TestSnapshotStoreRecovery(t *testing.T) {
 		}
 	}
 
+	// A store without Expand cannot open an adopted snapshot.
+	if _, _, err := openStore(t, dir, 3, nil).Open(good.ID()); !errors.Is(err, ErrNoExpand) {
+		t.Fatalf("Open of an adopted snapshot without Expand: %v", err)
+	}
 	// The adopted data shrinks behind the store's back.
 	os.WriteFile(filepath.Join(dir, good.ID(), snapDataDir, "seg"), []byte("01234"), 0o644)
 	if _, _, err := readSnapshot(t, s, good.ID()); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("reading changed adopted data: %v", err)
-	}
-	// A store without Expand cannot open an adopted snapshot.
-	if _, _, err := openStore(t, dir, 3, nil).Open(good.ID()); !errors.Is(err, ErrNoExpand) {
-		t.Fatalf("Open of an adopted snapshot without Expand: %v", err)
 	}
 }
 
@@ -391,5 +393,184 @@ func TestSizeWriter(t *testing.T) {
 				t.Fatalf("Copy = %d, %v; counted %d", n, err, w.n)
 			}
 		})
+	}
+}
+
+// takeSnapshot writes a snapshot at index with the given state and, when
+// files is not nil, an adopted directory of them; it returns its id.
+func takeSnapshot(t *testing.T, s *SnapshotStore, index uint64, state string, files map[string]string) string {
+	t.Helper()
+	sink := createSink(t, s, index)
+	if _, err := sink.Write([]byte(state)); err != nil {
+		t.Fatal(err)
+	}
+	if files != nil {
+		if err := sink.AdoptDir(makeDir(t, s.Dir(), files)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return sink.ID()
+}
+
+// flipBit flips the lowest bit of byte at (negative: from the end) of path.
+func flipBit(t *testing.T, path string, at int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at < 0 {
+		at += len(b)
+	}
+	b[at] ^= 0x01
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func listIDs(t *testing.T, s *SnapshotStore) []string {
+	t.Helper()
+	metas, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range metas {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// A snapshot damaged at rest — a bit flipped in its metadata (even in a
+// number that still parses) or in its state — is removed when the store
+// opens: Raft restores the older one instead of a wrong one.
+func TestSnapshotStoreRemovesDamagedAtOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		at   func(b []byte) int
+	}{
+		// "index":11 becomes "index":10: valid JSON, wrong snapshot.
+		{"meta index", snapMetaFile, func(b []byte) int { return bytes.Index(b, []byte(`"Index":11`)) + len(`"Index":11`) - 1 }},
+		{"meta size", snapMetaFile, func(b []byte) int { return bytes.Index(b, []byte(`"state_size":`)) + len(`"state_size":`) }},
+		{"state", snapStateFile, func(b []byte) int { return len(b) / 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "snaps")
+			s := openStore(t, dir, 2, expandDir)
+			older := takeSnapshot(t, s, 10, "state at 10", map[string]string{"a": "aaa"})
+			newer := takeSnapshot(t, s, 11, "state at 11", map[string]string{"a": "aaaa"})
+			path := filepath.Join(dir, newer, tc.file)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := tc.at(b)
+			if at < 0 || at >= len(b) {
+				t.Fatalf("nothing to flip in %s: %s", tc.file, b)
+			}
+			flipBit(t, path, at)
+			s = openStore(t, dir, 2, expandDir)
+			if ids := listIDs(t, s); !slices.Equal(ids, []string{older}) {
+				t.Fatalf("after damaging %s of %s the store lists %v, want only %s", tc.file, newer, ids, older)
+			}
+			if slices.Contains(dirNames(t, dir), newer) {
+				t.Fatalf("the damaged snapshot %s is still on disk", newer)
+			}
+			if _, got, err := readSnapshot(t, s, older); err != nil || string(got) != "state at 10aaa" {
+				t.Fatalf("older snapshot: %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// A snapshot found damaged while it is read (its state, or its adopted
+// data as the ExpandFunc reports with ErrDamaged) is set aside: reported
+// once through OnDamage, never listed or opened again, and removed once
+// its reader is gone.
+func TestSnapshotStoreSetsAsideDamagedOnRead(t *testing.T) {
+	damagedData := errors.New("segment failed its checksum")
+	expand := func(dir string, w io.Writer) error {
+		_, measuring := w.(*sizeWriter)
+		if _, err := os.Stat(filepath.Join(dir, "bad")); err == nil && !measuring {
+			return fmt.Errorf("%w: %w", ErrDamaged, damagedData)
+		}
+		return expandDir(dir, w)
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		flip  bool // flip a bit of state.bin after the store opened
+	}{
+		{"state", map[string]string{"a": "aaa"}, true},
+		{"data", map[string]string{"bad": "x"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "snaps")
+			var reports []error
+			s, err := OpenSnapshotStore(dir, SnapshotStoreConfig{Retain: 2, Expand: expand, Logger: testLogger(),
+				OnDamage: func(err error) { reports = append(reports, err) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			older := takeSnapshot(t, s, 10, "state at 10", map[string]string{"a": "aaa"})
+			newer := takeSnapshot(t, s, 11, "state at 11", tc.files)
+			if tc.flip {
+				flipBit(t, filepath.Join(dir, newer, snapStateFile), 2)
+			}
+			_, _, err = readSnapshot(t, s, newer)
+			if err == nil {
+				t.Fatal("a damaged snapshot was read without an error")
+			}
+			if len(reports) != 1 || !errors.Is(reports[0], ErrDamaged) {
+				t.Fatalf("reports %v, want one matching ErrDamaged", reports)
+			}
+			if ids := listIDs(t, s); !slices.Equal(ids, []string{older}) {
+				t.Fatalf("the store lists %v, want only %s", ids, older)
+			}
+			if _, _, err := s.Open(newer); !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("open of a snapshot set aside: %v, want ErrBadSnapshot", err)
+			}
+			if slices.Contains(dirNames(t, dir), newer) {
+				t.Fatalf("the damaged snapshot %s is still on disk after its reader closed", newer)
+			}
+			if len(reports) != 1 {
+				t.Fatalf("damage reported %d times, want once", len(reports))
+			}
+		})
+	}
+}
+
+// A snapshot written by an older version, whose metadata has no checksum,
+// is still read.
+func TestSnapshotStoreReadsMetaWithoutChecksum(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snaps")
+	s := openStore(t, dir, 2, expandDir)
+	id := takeSnapshot(t, s, 10, "state", nil)
+	path := filepath.Join(dir, id, snapMetaFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["meta_crc"]; !ok {
+		t.Fatalf("meta.json has no checksum: %s", b)
+	}
+	delete(m, "meta_crc")
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, 2, expandDir)
+	if _, got, err := readSnapshot(t, s, id); err != nil || string(got) != "state" {
+		t.Fatalf("snapshot without a meta checksum: %q, %v", got, err)
 	}
 }

@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -749,4 +752,102 @@ func TestClusterRenewsCopyDamagedInSealedSegment(t *testing.T) {
 		}
 	}
 	waitIdentical(ctx, t, nodes, stream)
+}
+
+// A node whose Raft log (raft.db) was damaged while it was down, in an
+// entry its partition log no longer holds (the log's torn tail, cut at
+// open), would replay the damaged entry into its log: instead the copy
+// refuses to open, asks for a new member, starts from an empty copy and
+// catches up; every replica ends byte-identical. Without entry checksums
+// the node appended the damaged message and its copy differed.
+func TestClusterRenewsCopyWithDamagedRaftLog(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	const stream = "persistent://acme/prod/raftdb"
+	c := newClient(t, clusterURL(nodes))
+	p := streamAndProducer(ctx, t, c, stream, time.Minute)
+	defer p.Close()
+	acked, failed := sendRound(ctx, p, "a", 200)
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+	}
+	waitIdentical(ctx, t, nodes, stream)
+	victim := nodes[0]
+	if victim.id == leaderOf(ctx, t, c, stream) {
+		victim = nodes[1]
+	}
+	// Killed, not stopped: its log's tail is not synced (Raft's log is),
+	// so the cut below is a torn tail that the log drops at open.
+	victim.kill()
+	dir := filepath.Join(victim.dir, "partitions", "acme", "prod", "raftdb")
+	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+	if len(segs) == 0 {
+		t.Fatalf("no log segment in %s", dir)
+	}
+	fi, err := os.Stat(segs[len(segs)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(segs[len(segs)-1], fi.Size()-1); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "raft", "raft.db")
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := []byte("a-000199-")
+	flipped := 0
+	for i := bytes.Index(b, last); i >= 0; i = bytes.Index(b, last) {
+		b[i+len(last)-1] ^= 0x01
+		flipped++
+	}
+	if flipped == 0 {
+		t.Fatalf("%q not in %s", last, db)
+	}
+	if err := os.WriteFile(db, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("on %s: cut the log's last byte, flipped a bit in %d copies of the last message in raft.db", victim.id, flipped)
+	victim.restart(t)
+	more, failed := sendRound(ctx, p, "b", 100)
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+	}
+	maps.Copy(acked, more)
+	for {
+		owner, _ := os.ReadFile(filepath.Join(dir, "replica"))
+		if strings.HasPrefix(string(owner), victim.id+"@") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the copy on %s with a damaged Raft log was not renewed: it belongs to %q", victim.id, owner)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(victim.logs.String(), "raft state damaged on disk") {
+		t.Errorf("%s did not say why its copy was renewed", victim.id)
+	}
+	waitIdentical(ctx, t, nodes, stream)
+	readAll(ctx, t, c, stream, acked)
+	hashes := map[string]string{}
+	for _, n := range nodes {
+		if err := n.stop(); err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		segs, _ := filepath.Glob(filepath.Join(n.dir, "partitions", "acme", "prod", "raftdb", "log", "*.log"))
+		for _, s := range segs {
+			b, err := os.ReadFile(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Write(b)
+		}
+		hashes[n.id] = hex.EncodeToString(h.Sum(nil))[:16]
+	}
+	if len(slices.Compact(slices.Sorted(maps.Values(hashes)))) != 1 {
+		t.Fatalf("replicas differ: %v", hashes)
+	}
 }

@@ -1,0 +1,219 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// A checked entry carries in raft.Log.Extensions, which nothing else in
+// fabriq uses, the magic "FQ", a version byte and the CRC-32C of its index
+// (uint64), term (uint64), type (one byte) and data, all big-endian.
+const (
+	entryCheckMagic   = "FQ"
+	entryCheckVersion = 1
+	entryCheckLen     = len(entryCheckMagic) + 1 + 4
+)
+
+// damagedEntry stands, while a group opens, for an entry that could not be
+// read: an empty command whose Extensions no check matches, which the
+// group's FSM wrapper never hands on (configFSM.Apply) and no store
+// accepts.
+var damagedEntry = []byte(entryCheckMagic + "\x00damaged")
+
+// isDamagedEntry reports whether l stands for a damaged entry.
+func isDamagedEntry(l *raft.Log) bool { return bytes.Equal(l.Extensions, damagedEntry) }
+
+// entryChecksum is the CRC-32C of what a checked entry's check covers.
+func entryChecksum(l *raft.Log) uint32 {
+	var hdr [17]byte
+	binary.BigEndian.PutUint64(hdr[0:], l.Index)
+	binary.BigEndian.PutUint64(hdr[8:], l.Term)
+	hdr[16] = byte(l.Type)
+	return crc32.Update(crc32.Checksum(hdr[:], crcTable), crcTable, l.Data)
+}
+
+// entryCheck returns the Extensions of a checked entry.
+func entryCheck(l *raft.Log) []byte {
+	b := make([]byte, 0, entryCheckLen)
+	b = append(b, entryCheckMagic...)
+	b = append(b, entryCheckVersion)
+	return binary.BigEndian.AppendUint32(b, entryChecksum(l))
+}
+
+// verifyEntry checks an entry against its check. An entry without one
+// (written by an older version) passes.
+func verifyEntry(l *raft.Log) error {
+	if len(l.Extensions) == 0 {
+		return nil
+	}
+	x := l.Extensions
+	if len(x) != entryCheckLen || !bytes.HasPrefix(x, []byte(entryCheckMagic)) || x[len(entryCheckMagic)] != entryCheckVersion {
+		return fmt.Errorf("entry %d: unknown check %x", l.Index, x)
+	}
+	if got, want := entryChecksum(l), binary.BigEndian.Uint32(x[len(entryCheckMagic)+1:]); got != want {
+		return fmt.Errorf("entry %d: checksum %08x, recorded %08x", l.Index, got, want)
+	}
+	return nil
+}
+
+// checkedStore is a group's raft.LogStore: raft-boltdb's, with a checksum
+// on every entry, so that a Raft log damaged on disk is never applied nor
+// sent to a follower.
+//
+// Storing an entry attaches its check (entryCheck), or verifies the one
+// it came with (a leader's entries reach followers with theirs), and
+// refuses an entry that fails it. Reading one verifies it, and that it is
+// the entry asked for; an entry between the first and last index that
+// cannot be read (missing, undecodable, or a read that panics in bolt on a
+// damaged page) is damage too.
+//
+// Damage is reported once, to the damaged callback (OnDamage; not while
+// the group opens: the open fails instead), and how it is answered
+// depends on when it is found. hashicorp/raft panics when it cannot read an
+// entry it needs, in two places: while NewRaft replays the configuration
+// from every entry after the newest snapshot, and when it applies an
+// entry. While the group opens (opening), a damaged entry is answered as
+// an empty command entry (damagedEntry), so that NewRaft finishes, and OpenGroup then
+// shuts Raft down before it applies anything and fails with ErrDamaged:
+// NewRaft reads every entry the group would apply at start. Once open, a
+// read of a damaged entry fails with raft.ErrLogNotFound: a leader that
+// needed it for a follower sends its newest snapshot instead (taken after
+// the entry was applied, since every entry applied at start was checked);
+// a follower checking it against its leader's log refuses the request. Entries stored while the group runs are read back by the
+// same process within moments, before a disk could damage them at rest;
+// the group stops serving on the report anyway (its node renews the copy).
+type checkedStore struct {
+	raft.LogStore
+	damage *damageReport
+}
+
+var _ raft.LogStore = (*checkedStore)(nil)
+
+// damageReport is where a group's stores report damage: the first is kept
+// and told to notify (GroupConfig.OnDamage), except while the group opens,
+// when the open fails instead.
+type damageReport struct {
+	opening atomic.Bool
+	notify  func(error)
+
+	mu    sync.Mutex
+	first error
+}
+
+// report records the first damage and tells notify.
+func (d *damageReport) report(err error) {
+	d.mu.Lock()
+	first := d.first == nil
+	if first {
+		d.first = err
+	}
+	d.mu.Unlock()
+	if first && d.notify != nil && !d.opening.Load() {
+		d.notify(err)
+	}
+}
+
+// found returns the first damage reported, or nil.
+func (d *damageReport) found() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.first
+}
+
+// guard turns a panic of the store (bolt on a damaged page) into damage.
+func (s *checkedStore) guard(op string, err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("%w: raft log: %s: %v", ErrDamaged, op, p)
+		s.damage.report(*err)
+	}
+}
+
+// FirstIndex implements raft.LogStore.
+func (s *checkedStore) FirstIndex() (i uint64, err error) {
+	defer s.guard("first index", &err)
+	return s.LogStore.FirstIndex()
+}
+
+// LastIndex implements raft.LogStore.
+func (s *checkedStore) LastIndex() (i uint64, err error) {
+	defer s.guard("last index", &err)
+	return s.LogStore.LastIndex()
+}
+
+// GetLog implements raft.LogStore.
+func (s *checkedStore) GetLog(index uint64, l *raft.Log) error {
+	err := s.getLog(index, l)
+	if err == nil {
+		return nil
+	}
+	opening := s.damage.opening.Load()
+	if errors.Is(err, raft.ErrLogNotFound) && !opening {
+		// Below the first index (compacted) or above the last, it is
+		// not damage.
+		first, ferr := s.FirstIndex()
+		last, lerr := s.LastIndex()
+		if ferr != nil || lerr != nil || index < first || index > last {
+			return err
+		}
+	}
+	if !errors.Is(err, ErrDamaged) {
+		err = fmt.Errorf("%w: raft log: %w", ErrDamaged, err)
+	}
+	s.damage.report(err)
+	if opening {
+		*l = raft.Log{Index: index, Type: raft.LogCommand, Extensions: damagedEntry}
+		return nil
+	}
+	// Raft's own sentinel, not err: a leader that cannot read an entry
+	// for a follower sends its newest snapshot instead.
+	return raft.ErrLogNotFound
+}
+
+func (s *checkedStore) getLog(index uint64, l *raft.Log) (err error) {
+	defer s.guard("read", &err)
+	if err := s.LogStore.GetLog(index, l); err != nil {
+		return err
+	}
+	if l.Index != index {
+		return fmt.Errorf("entry %d read where entry %d is kept", l.Index, index)
+	}
+	return verifyEntry(l)
+}
+
+// StoreLog implements raft.LogStore.
+func (s *checkedStore) StoreLog(l *raft.Log) error {
+	return s.StoreLogs([]*raft.Log{l})
+}
+
+// StoreLogs implements raft.LogStore: every entry is stored with its
+// check; an entry whose check fails is refused, and so is the batch.
+func (s *checkedStore) StoreLogs(logs []*raft.Log) (err error) {
+	checked := make([]*raft.Log, len(logs))
+	for i, l := range logs {
+		if len(l.Extensions) > 0 {
+			if err := verifyEntry(l); err != nil {
+				return fmt.Errorf("cluster: refusing to store a damaged entry: %w", err)
+			}
+			checked[i] = l
+			continue
+		}
+		c := *l
+		c.Extensions = entryCheck(l)
+		checked[i] = &c
+	}
+	defer s.guard("write", &err)
+	return s.LogStore.StoreLogs(checked)
+}
+
+// DeleteRange implements raft.LogStore.
+func (s *checkedStore) DeleteRange(lo, hi uint64) (err error) {
+	defer s.guard("delete", &err)
+	return s.LogStore.DeleteRange(lo, hi)
+}

@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// flipInRaftDB flips one bit in every copy of needle that dir's raft.db
+// holds (bolt writes pages anew, so stale copies may sit in free pages),
+// as a disk that damaged the file at rest would, and reports how many.
+func flipInRaftDB(t *testing.T, dir, needle string) int {
+	t.Helper()
+	path := filepath.Join(dir, raftDBFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(needle))
+		if j < 0 {
+			break
+		}
+		b[i+j+len(needle)-1] ^= 0x01
+		i += j + len(needle)
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("%q not found in %s", needle, path)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A Raft log damaged on disk is never applied: a member whose raft.db
+// holds an entry it would replay with a flipped bit refuses to open with
+// ErrDamaged, and its FSM never sees the damaged entry. Without entry
+// checksums it opened and applied "payload-013" as "payload-012".
+func TestDamagedRaftLogRefusedAtOpen(t *testing.T) {
+	nodes := newTestNodes(t, 1)
+	n := nodes[0]
+	fsm := newTestFSM(filepath.Join(n.dir, "g-stage"), true)
+	cfg := GroupConfig{ID: "g", NodeID: n.id, Dir: filepath.Join(n.dir, "g"), FSM: fsm, Mux: n.mux, Expand: expandDir, Logger: testLogger()}
+	fastTimings(&cfg)
+	g, err := OpenGroup(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := []*testGroup{{Group: g, node: n, fsm: fsm}}
+	if err := g.Bootstrap(ctxTimeout(t, 5e9), []Server{{ID: n.id, Address: n.addr(), Voter: true}}); err != nil {
+		t.Fatal(err)
+	}
+	want := cmds("payload", 20)
+	applyAll(t, gs, want...)
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("flipped a bit in %d copies of the entry in raft.db", flipInRaftDB(t, cfg.Dir, "payload-013"))
+
+	cfg.FSM = newTestFSM(filepath.Join(n.dir, "g-stage"), true)
+	g, err = OpenGroup(cfg)
+	if err == nil {
+		// Let it apply what it replays, to show what it would serve.
+		g.Bootstrap(ctxTimeout(t, 5e9), nil)
+		waitLeader(t, []*testGroup{{Group: g, node: n, fsm: cfg.FSM.(*testFSM)}})
+		g.Barrier(ctxTimeout(t, 5e9))
+		got := cfg.FSM.(*testFSM).entries()
+		g.Close()
+		t.Fatalf("a group whose raft.db holds a damaged entry opened; its FSM applied %q", got)
+	}
+	if !errors.Is(err, ErrDamaged) {
+		t.Fatalf("open with a damaged entry: %v, want ErrDamaged", err)
+	}
+	if got := cfg.FSM.(*testFSM).entries(); len(got) > 0 && !slices.Equal(got, want[:len(got)]) {
+		t.Fatalf("the FSM applied %q while the group failed to open", got)
+	}
+	t.Logf("open refused: %v", err)
+}
+
+// A leader whose raft.db holds a damaged entry older than its newest
+// snapshot (one it no longer replays, but still sends to a follower that
+// lags) never sends it: the read fails its check, the group reports the
+// damage once (OnDamage), and the follower catches up from the snapshot
+// instead, holding exactly what was applied. Without entry checksums the
+// new follower applied the damaged entry.
+func TestDamagedEntryNeverSentToFollower(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	damage := make(chan error, 4)
+	onDamage := func(c *GroupConfig) {
+		c.OnDamage = func(err error) { damage <- err }
+	}
+	n := nodes[0]
+	fsm := newTestFSM(filepath.Join(n.dir, "g-stage"), true)
+	cfg := GroupConfig{ID: "g", NodeID: n.id, Dir: filepath.Join(n.dir, "g"), FSM: fsm, Mux: n.mux, Expand: expandDir, Logger: testLogger()}
+	fastTimings(&cfg)
+	onDamage(&cfg)
+	g, err := OpenGroup(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Bootstrap(ctxTimeout(t, 5e9), []Server{{ID: n.id, Address: n.addr(), Voter: true}}); err != nil {
+		t.Fatal(err)
+	}
+	want := cmds("payload", 20)
+	applyAll(t, []*testGroup{{Group: g, node: n, fsm: fsm}}, want...)
+	if err := g.Snapshot(ctxTimeout(t, 5e9)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipInRaftDB(t, cfg.Dir, "payload-013")
+
+	// Reopened: the damaged entry is behind the snapshot, so it opens.
+	leader := openTestGroup(t, n, "g", newTestFSM(filepath.Join(n.dir, "g-stage"), true), onDamage)
+	waitLeader(t, []*testGroup{leader})
+	follower := openTestGroup(t, nodes[1], "g", newTestFSM(filepath.Join(nodes[1].dir, "g-stage"), true), onDamage)
+	if err := leader.AddVoter(ctxTimeout(t, 10e9), nodes[1].id, nodes[1].addr()); err != nil {
+		t.Fatal(err)
+	}
+	more := cmds("after", 5)
+	applyAll(t, []*testGroup{leader}, more...)
+	waitEntries(t, []*testGroup{leader, follower}, append(slices.Clone(want), more...))
+	select {
+	case err := <-damage:
+		if !errors.Is(err, ErrDamaged) {
+			t.Fatalf("OnDamage got %v, want ErrDamaged", err)
+		}
+		t.Logf("reported: %v", err)
+	default:
+		t.Fatal("the leader read a damaged entry and did not report it")
+	}
+	if len(damage) > 0 {
+		t.Fatalf("damage reported %d more times, want once", len(damage))
+	}
+}
+
+// The entry check covers index, term, type and data; an entry without one
+// (an older version's) passes.
+func TestEntryCheck(t *testing.T) {
+	base := raft.Log{Index: 7, Term: 3, Type: raft.LogCommand, Data: []byte("hello")}
+	checked := base
+	checked.Extensions = entryCheck(&base)
+	if err := verifyEntry(&checked); err != nil {
+		t.Fatal(err)
+	}
+	if err := verifyEntry(&base); err != nil {
+		t.Fatalf("an entry without a check: %v", err)
+	}
+	for name, mod := range map[string]func(*raft.Log){
+		"index": func(l *raft.Log) { l.Index++ },
+		"term":  func(l *raft.Log) { l.Term++ },
+		"type":  func(l *raft.Log) { l.Type = raft.LogNoop },
+		"data":  func(l *raft.Log) { l.Data = []byte("hellp") },
+		"check": func(l *raft.Log) { l.Extensions = append([]byte(nil), l.Extensions[:entryCheckLen-1]...) },
+		"mark":  func(l *raft.Log) { l.Extensions = damagedEntry },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := checked
+			l.Data = slices.Clone(checked.Data)
+			mod(&l)
+			if err := verifyEntry(&l); err == nil {
+				t.Fatalf("changed %s: %s passes", name, fmt.Sprintf("%+v", l))
+			}
+		})
+	}
+}
