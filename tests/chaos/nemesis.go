@@ -49,6 +49,14 @@ const (
 	PauseAll      FaultKind = "pause-all"
 	// KillMetaLeader SIGKILLs the leader of the metadata group.
 	KillMetaLeader FaultKind = "kill-meta-leader"
+	// DamageRaftLog kills one node and, while it is down, flips one bit
+	// of the Raft log store (raft.db) of one of its partition copies
+	// (DamageRaftDB). It restarts after the fault.
+	DamageRaftLog FaultKind = "damage-raft-log"
+	// DamageSnapshot kills one node and, while it is down, flips one bit
+	// of one file of a Raft snapshot of one of its partition copies
+	// (DamageSnapshotFile). It restarts after the fault.
+	DamageSnapshot FaultKind = "damage-snapshot"
 )
 
 // Network faults, with namespaces (Net) only.
@@ -111,7 +119,7 @@ func Kinds(nt *Net, disks bool) []FaultKind {
 const ReplaceDeadAfter = 6 * time.Second
 
 var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm, DamageFile,
-	PauseMajority, PauseAll, KillMetaLeader}
+	PauseMajority, PauseAll, KillMetaLeader, DamageRaftLog, DamageSnapshot}
 
 // Fault is one step of a plan: at At, Kind hits Nodes (indexes) for For,
 // then the cluster heals.
@@ -151,7 +159,7 @@ func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []F
 			f.Nodes = r.Perm(nodes)
 		case KillOne, PauseOne:
 			f.Nodes = []int{r.IntN(nodes)}
-		case DamageFile:
+		case DamageFile, DamageRaftLog, DamageSnapshot:
 			f.Nodes = []int{r.IntN(nodes)}
 			f.Seed = r.Uint64()
 		case MoveReplicas:
@@ -233,9 +241,16 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 				if err := nm.Disks.SetFull(n, true); err != nil {
 					return done, fmt.Errorf("%v: %w", f, err)
 				}
-			case DamageFile:
+			case DamageFile, DamageRaftLog, DamageSnapshot:
 				nm.C.Kill(n)
-				what, err := DamageSegment(n.Dir, f.Seed)
+				damage := DamageSegment
+				switch f.Kind {
+				case DamageRaftLog:
+					damage = DamageRaftDB
+				case DamageSnapshot:
+					damage = DamageSnapshotFile
+				}
+				what, err := damage(n.Dir, f.Seed)
 				if err != nil {
 					return done, fmt.Errorf("%v: %w", f, err)
 				}

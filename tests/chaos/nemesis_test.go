@@ -23,8 +23,11 @@ func TestPlanReplays(t *testing.T) {
 	drawn := map[FaultKind]bool{}
 	for _, f := range a {
 		drawn[f.Kind] = true
-		if f.Kind == DamageFile && f.Seed == 0 {
+		if (f.Kind == DamageFile || f.Kind == DamageRaftLog || f.Kind == DamageSnapshot) && f.Seed == 0 {
 			t.Fatalf("%v has no seed", f)
+		}
+		if (f.Kind == DamageRaftLog || f.Kind == DamageSnapshot) && len(f.Nodes) != 1 {
+			t.Fatalf("%v hits %d nodes, want 1", f, len(f.Nodes))
 		}
 		if f.Kind == Latency {
 			t.Fatalf("%v drawn without netem", f)
