@@ -90,10 +90,13 @@ const (
 	// longer than --replace-dead-after: the majority moves the
 	// minority's replicas while the minority still runs them.
 	MoveInPartition FaultKind = "move-in-partition"
+	// CutClient cuts one node off from the clients, both ways, while it
+	// still talks to the other nodes (Net.CutClient).
+	CutClient FaultKind = "cut-client"
 )
 
 var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency, SlowLink,
-	IsolateMetaLeader, KillInPartition, MoveInPartition}
+	IsolateMetaLeader, KillInPartition, MoveInPartition, CutClient}
 
 // Kinds returns the fault kinds a run can inject: the process faults,
 // power loss with lazyfs disks, and with namespaces the network faults
@@ -157,7 +160,7 @@ func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []F
 			f.Nodes = []int{r.IntN(nodes)}
 		case PauseAll:
 			f.Nodes = r.Perm(nodes)
-		case KillOne, PauseOne:
+		case KillOne, PauseOne, CutClient:
 			f.Nodes = []int{r.IntN(nodes)}
 		case DamageFile, DamageRaftLog, DamageSnapshot:
 			f.Nodes = []int{r.IntN(nodes)}
@@ -345,7 +348,7 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 }
 
 // network injects a network fault on nodes (a permutation for the splits,
-// the leader for an isolation).
+// the leader for an isolation, the node cut off from the clients).
 func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 	nt := nm.C.Net
 	switch kind {
@@ -384,6 +387,8 @@ func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 				return err
 			}
 		}
+	case CutClient:
+		return nt.CutClient(nodes[0])
 	}
 	return nil
 }
