@@ -217,7 +217,7 @@ func dataDir(t *testing.T, snaps bool) (string, int64) {
 			s := filepath.Join(c, "raft", "snapshots", id)
 			write(t, filepath.Join(s, "meta.json"), fmt.Appendf(nil, `{"ID":%q,"Index":%d,"Term":2,"state_crc":123}`, id, 90+30*j))
 			write(t, filepath.Join(s, "state.bin"), noise(uint64(10+j), 200))
-			write(t, filepath.Join(s, "data", "manifest.json"), []byte(`{"version":1,"segments":[{"base":0,"size":4096}]}`))
+			write(t, filepath.Join(s, "data", "MANIFEST"), []byte(`{"version":1,"segments":[{"base":0,"size":4096}]}`))
 			// Both hold a hard link to the live log's sealed segment.
 			if err := os.Link(filepath.Join(c, "log", "00000000000000000000.log"), filepath.Join(s, "data", "00000000000000000000.log")); err != nil {
 				t.Fatal(err)
@@ -298,7 +298,7 @@ func TestDamageSnapshotFile(t *testing.T) {
 		}
 		hit[filepath.Base(snap)]++
 	}
-	for _, name := range []string{"meta.json", "state.bin", "manifest.json", "00000000000000000000.log"} {
+	for _, name := range []string{"meta.json", "state.bin", "MANIFEST", "00000000000000000000.log"} {
 		if hit[name] == 0 {
 			t.Errorf("32 seeds damaged %v: no %s", hit, name)
 		}
