@@ -80,10 +80,11 @@ type summary struct {
 // stream and a failover ordered log, each over 2 partitions, an exclusive
 // log over one, and a shared stream of asynchronous batched producers,
 // all with 3 replicas — on a 5-node cluster while
-// a seeded plan kills, pauses, partitions and restarts nodes and moves
-// replicas; then heals, drains, checks the history, compares the
-// replicas' logs byte for byte and looks up every acknowledged message on
-// every replica.
+// a seeded plan kills, pauses, partitions and restarts nodes, cuts one off
+// from the clients, damages a stopped node's log segments, Raft log store
+// or Raft snapshots, and moves replicas; then heals, drains, checks the
+// history, compares the replicas' logs byte for byte and looks up every
+// acknowledged message on every replica.
 func TestChaos(t *testing.T) {
 	seed := *runSeed
 	if seed == 0 {
@@ -98,7 +99,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d (replay: -chaos.seed %d); run directory %s", seed, seed, runDir)
-	network := "network namespaces on a bridge: partitions and netem latency/loss"
+	network := "network namespaces on a bridge: partitions, one-way cuts, client cuts and netem latency/loss"
 	var nt *Net
 	if *runNetns {
 		var err error
@@ -112,9 +113,9 @@ func TestChaos(t *testing.T) {
 		network = "loopback, no network faults (-chaos.netns=false)"
 	}
 	if nt != nil && !nt.HasNetem {
-		network = "network namespaces on a bridge: partitions, one-way cuts; no netem (the kernel has no sch_netem): latency and loss from a token-bucket slow link"
+		network = "network namespaces on a bridge: partitions, one-way cuts, client cuts; no netem (the kernel has no sch_netem): latency and loss from a token-bucket slow link"
 		if !nt.HasTBF {
-			network = "network namespaces on a bridge: partitions, one-way cuts; no latency/loss (the kernel has neither sch_netem nor sch_tbf)"
+			network = "network namespaces on a bridge: partitions, one-way cuts, client cuts; no latency/loss (the kernel has neither sch_netem nor sch_tbf)"
 		}
 	}
 	cl, err := NewCluster(bin, filepath.Join(runDir, "data"), filepath.Join(runDir, "logs"), *runNodes, nt,
@@ -193,11 +194,21 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
+	// status asks twice at most: each call starts at another node, so a
+	// node the clients cannot reach (cut-client), or a connection to it
+	// still recovering after the fault, costs one attempt, not the fault.
+	status := func(ctx context.Context) (client.ClusterInfo, error) {
+		st, err := admin.ClusterStatus(ctx)
+		if err != nil && ctx.Err() == nil {
+			st, err = admin.ClusterStatus(ctx)
+		}
+		return st, err
+	}
 	var logMu sync.Mutex
 	var nemesisLog strings.Builder
 	nm := &Nemesis{C: cl, Disks: disks,
 		Leader: func(ctx context.Context) int {
-			st, err := admin.ClusterStatus(ctx)
+			st, err := status(ctx)
 			if err != nil {
 				return -1
 			}
@@ -213,7 +224,7 @@ func TestChaos(t *testing.T) {
 			return -1
 		},
 		MetaLeader: func(ctx context.Context) int {
-			st, err := admin.ClusterStatus(ctx)
+			st, err := status(ctx)
 			if err != nil {
 				return -1
 			}

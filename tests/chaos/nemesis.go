@@ -49,6 +49,14 @@ const (
 	PauseAll      FaultKind = "pause-all"
 	// KillMetaLeader SIGKILLs the leader of the metadata group.
 	KillMetaLeader FaultKind = "kill-meta-leader"
+	// DamageRaftLog kills one node and, while it is down, flips one bit
+	// of the Raft log store (raft.db) of one of its partition copies
+	// (DamageRaftDB). It restarts after the fault.
+	DamageRaftLog FaultKind = "damage-raft-log"
+	// DamageSnapshot kills one node and, while it is down, flips one bit
+	// of one file of a Raft snapshot of one of its partition copies
+	// (DamageSnapshotFile). It restarts after the fault.
+	DamageSnapshot FaultKind = "damage-snapshot"
 )
 
 // Network faults, with namespaces (Net) only.
@@ -82,10 +90,13 @@ const (
 	// longer than --replace-dead-after: the majority moves the
 	// minority's replicas while the minority still runs them.
 	MoveInPartition FaultKind = "move-in-partition"
+	// CutClient cuts one node off from the clients, both ways, while it
+	// still talks to the other nodes (Net.CutClient).
+	CutClient FaultKind = "cut-client"
 )
 
 var netFaults = []FaultKind{PartitionHalves, IsolateLeader, PartitionBridge, MuteLeader, Latency, SlowLink,
-	IsolateMetaLeader, KillInPartition, MoveInPartition}
+	IsolateMetaLeader, KillInPartition, MoveInPartition, CutClient}
 
 // Kinds returns the fault kinds a run can inject: the process faults,
 // power loss with lazyfs disks, and with namespaces the network faults
@@ -111,7 +122,7 @@ func Kinds(nt *Net, disks bool) []FaultKind {
 const ReplaceDeadAfter = 6 * time.Second
 
 var allFaults = []FaultKind{KillOne, KillLeader, KillMinority, KillAll, PauseOne, MoveReplicas, TransferStorm, DamageFile,
-	PauseMajority, PauseAll, KillMetaLeader}
+	PauseMajority, PauseAll, KillMetaLeader, DamageRaftLog, DamageSnapshot}
 
 // Fault is one step of a plan: at At, Kind hits Nodes (indexes) for For,
 // then the cluster heals.
@@ -149,9 +160,9 @@ func Plan(seed uint64, duration time.Duration, nodes int, kinds []FaultKind) []F
 			f.Nodes = []int{r.IntN(nodes)}
 		case PauseAll:
 			f.Nodes = r.Perm(nodes)
-		case KillOne, PauseOne:
+		case KillOne, PauseOne, CutClient:
 			f.Nodes = []int{r.IntN(nodes)}
-		case DamageFile:
+		case DamageFile, DamageRaftLog, DamageSnapshot:
 			f.Nodes = []int{r.IntN(nodes)}
 			f.Seed = r.Uint64()
 		case MoveReplicas:
@@ -233,9 +244,16 @@ func (nm *Nemesis) Run(ctx context.Context, start time.Time, plan []Fault) (int,
 				if err := nm.Disks.SetFull(n, true); err != nil {
 					return done, fmt.Errorf("%v: %w", f, err)
 				}
-			case DamageFile:
+			case DamageFile, DamageRaftLog, DamageSnapshot:
 				nm.C.Kill(n)
-				what, err := DamageSegment(n.Dir, f.Seed)
+				damage := DamageSegment
+				switch f.Kind {
+				case DamageRaftLog:
+					damage = DamageRaftDB
+				case DamageSnapshot:
+					damage = DamageSnapshotFile
+				}
+				what, err := damage(n.Dir, f.Seed)
 				if err != nil {
 					return done, fmt.Errorf("%v: %w", f, err)
 				}
@@ -330,7 +348,7 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 }
 
 // network injects a network fault on nodes (a permutation for the splits,
-// the leader for an isolation).
+// the leader for an isolation, the node cut off from the clients).
 func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 	nt := nm.C.Net
 	switch kind {
@@ -369,6 +387,8 @@ func (nm *Nemesis) network(kind FaultKind, nodes []int) error {
 				return err
 			}
 		}
+	case CutClient:
+		return nt.CutClient(nodes[0])
 	}
 	return nil
 }

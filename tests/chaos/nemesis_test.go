@@ -23,8 +23,11 @@ func TestPlanReplays(t *testing.T) {
 	drawn := map[FaultKind]bool{}
 	for _, f := range a {
 		drawn[f.Kind] = true
-		if f.Kind == DamageFile && f.Seed == 0 {
+		if (f.Kind == DamageFile || f.Kind == DamageRaftLog || f.Kind == DamageSnapshot) && f.Seed == 0 {
 			t.Fatalf("%v has no seed", f)
+		}
+		if (f.Kind == CutClient || f.Kind == DamageRaftLog || f.Kind == DamageSnapshot) && len(f.Nodes) != 1 {
+			t.Fatalf("%v hits %d nodes, want 1", f, len(f.Nodes))
 		}
 		if f.Kind == Latency {
 			t.Fatalf("%v drawn without netem", f)
@@ -34,6 +37,41 @@ func TestPlanReplays(t *testing.T) {
 		if !drawn[k] {
 			t.Errorf("no %s in a 20-minute plan", k)
 		}
+	}
+}
+
+// The file damage faults come with every cluster; cutting a node off from
+// the clients needs namespaces, and acts on the network only.
+func TestKinds(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		nt         *Net
+		disks      bool
+		with, none []FaultKind
+	}{
+		{"loopback", nil, false, []FaultKind{DamageFile, DamageRaftLog, DamageSnapshot}, []FaultKind{CutClient, PowerLoss}},
+		{"lazyfs", nil, true, []FaultKind{DamageRaftLog, DamageSnapshot, PowerLoss}, []FaultKind{CutClient}},
+		{"namespaces", &Net{}, false, []FaultKind{DamageRaftLog, DamageSnapshot, CutClient, PartitionHalves}, []FaultKind{Latency, SlowLink}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kinds := Kinds(c.nt, c.disks)
+			for _, k := range c.with {
+				if !slices.Contains(kinds, k) {
+					t.Errorf("no %s in %v", k, kinds)
+				}
+			}
+			for _, k := range c.none {
+				if slices.Contains(kinds, k) {
+					t.Errorf("%s in %v", k, kinds)
+				}
+			}
+		})
+	}
+	if got := processTargets(CutClient, []int{2}); len(got) != 0 {
+		t.Errorf("cut-client acts on processes %v", got)
+	}
+	if got := processTargets(DamageSnapshot, []int{2}); !slices.Equal(got, []int{2}) {
+		t.Errorf("damage-snapshot acts on processes %v, want [2]", got)
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 // pairs to a bridge in the test's namespace, where the clients run.
 // Network faults are routes and queueing disciplines inside the nodes'
 // namespaces: a partition blackholes the other side's addresses (the
-// clients still reach every node), netem adds latency and loss. It needs
-// root and iproute2.
+// clients still reach every node), netem adds latency and loss. Cutting a
+// node off from the clients also takes a route in the test's namespace
+// (CutClient). It needs root and iproute2.
 type Net struct {
 	prefix string
 	bridge string
@@ -29,9 +30,10 @@ type Net struct {
 	// exceeds its rate, where netem is missing.
 	HasTBF bool
 
-	mu     sync.Mutex
-	routes map[[2]int]bool // blackholed: from node, to node
-	netem  map[int]bool
+	mu      sync.Mutex
+	routes  map[[2]int]bool // blackholed: from node, to node
+	clients map[int]bool    // nodes cut off from the clients: true once both routes are in
+	netem   map[int]bool
 }
 
 // netPrefix names this process's namespaces and links; leftovers of dead
@@ -50,13 +52,19 @@ func NewNet(n int) (*Net, error) {
 	cleanStale()
 	pid := os.Getpid()
 	nt := &Net{
-		prefix: fmt.Sprintf("%s%d", netPrefix, pid%10_000_000),
-		subnet: fmt.Sprintf("10.%d.%d", 200+pid%50, (pid/50)%250),
-		n:      n,
-		routes: map[[2]int]bool{},
-		netem:  map[int]bool{},
+		prefix:  fmt.Sprintf("%s%d", netPrefix, pid%10_000_000),
+		subnet:  fmt.Sprintf("10.%d.%d", 200+pid%50, (pid/50)%250),
+		n:       n,
+		routes:  map[[2]int]bool{},
+		clients: map[int]bool{},
+		netem:   map[int]bool{},
 	}
 	nt.bridge = nt.prefix + "br"
+	// A run killed during a CutClient fault leaves its route to a node in
+	// the test's namespace, and a later run can draw the same subnet.
+	for i := range n {
+		ip("route", "del", "blackhole", nt.IP(i)+"/32")
+	}
 	steps := [][]string{
 		{"link", "add", nt.bridge, "type", "bridge"},
 		{"addr", "add", nt.subnet + ".254/24", "dev", nt.bridge},
@@ -99,6 +107,10 @@ func (nt *Net) ns(i int) string { return fmt.Sprintf("%sn%d", nt.prefix, i) }
 
 // IP is node i's address.
 func (nt *Net) IP(i int) string { return fmt.Sprintf("%s.%d", nt.subnet, i+1) }
+
+// ClientIP is the clients' address as the nodes see it: the bridge's, in
+// the test's namespace.
+func (nt *Net) ClientIP() string { return nt.subnet + ".254" }
 
 // Command runs a program inside node i's network namespace, in place
 // (the process's pid is the program's). It enters the network namespace
@@ -153,6 +165,35 @@ func (nt *Net) Cut(a, b int) error {
 	return nil
 }
 
+// CutClient cuts node i off from the clients, both ways, until Heal; it
+// still talks to the other nodes. A blackhole route for the clients'
+// address inside the node's namespace drops what the node sends them
+// (handshake answers included); one for the node's address in the test's
+// namespace drops what they send it: without it, where reverse-path
+// filtering is off (the kernel's default), their requests would still
+// reach the node and be carried out unanswered. Neither route is on the
+// nodes' way to each other (the bridge switches their frames; the test's
+// namespace does not route them). A client with every node's address,
+// such as the test's admin client, goes on through the others: a dial
+// to the node fails at once, a request already on a connection to it
+// waits for its timeout.
+func (nt *Net) CutClient(i int) error {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	if nt.clients[i] {
+		return nil
+	}
+	if err := ip("netns", "exec", nt.ns(i), "ip", "route", "add", "blackhole", nt.ClientIP()+"/32"); err != nil {
+		return err
+	}
+	nt.clients[i] = false
+	if err := ip("route", "add", "blackhole", nt.IP(i)+"/32"); err != nil {
+		return err
+	}
+	nt.clients[i] = true
+	return nil
+}
+
 // Netem gives node i's link latency and loss, e.g. "delay", "50ms",
 // "20ms", "loss", "3%".
 func (nt *Net) Netem(i int, args ...string) error {
@@ -193,11 +234,31 @@ func (nt *Net) Heal() error {
 		}
 		delete(nt.netem, i)
 	}
+	for i, both := range nt.clients {
+		if err := ip("netns", "exec", nt.ns(i), "ip", "route", "del", "blackhole", nt.ClientIP()+"/32"); err != nil && first == nil {
+			first = err
+		}
+		if both {
+			if err := ip("route", "del", "blackhole", nt.IP(i)+"/32"); err != nil && first == nil {
+				first = err
+			}
+		}
+		delete(nt.clients, i)
+	}
 	return first
 }
 
-// Close deletes the namespaces (their veths go with them) and the bridge.
+// Close deletes the namespaces (their veths go with them), the bridge and
+// the routes CutClient left in the test's namespace.
 func (nt *Net) Close() {
+	nt.mu.Lock()
+	for i, both := range nt.clients {
+		if both {
+			ip("route", "del", "blackhole", nt.IP(i)+"/32")
+		}
+		delete(nt.clients, i)
+	}
+	nt.mu.Unlock()
 	for i := range nt.n {
 		ip("netns", "del", nt.ns(i))
 	}
