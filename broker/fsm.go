@@ -842,8 +842,9 @@ func expandLogSnapshot(dir string, w io.Writer) error {
 	if err == nil {
 		_, err = snap.WriteTo(w)
 	}
-	if errors.Is(err, storage.ErrCorrupt) {
-		// The snapshot store sets it aside and the copy is renewed.
+	if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrBadSnapshot) {
+		// Damaged on disk (a batch, the manifest, a segment cut short):
+		// the snapshot store sets it aside and the copy is renewed.
 		return fmt.Errorf("%w: %w", cluster.ErrDamaged, err)
 	}
 	return err

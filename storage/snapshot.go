@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 const (
 	manifestFile    = "MANIFEST"
+	manifestCRCMark = "\ncrc32c "
 	snapshotMagic   = "FQSNAP01"
 	manifestVersion = 1
 	// maxManifestBytes bounds the manifest read from a snapshot stream.
@@ -114,6 +116,7 @@ func (l *Log) Snapshot(dir string) (*Snapshot, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("storage: snapshot: %w", err)
 	}
+	b = fmt.Appendf(b, "%s%08x\n", manifestCRCMark, crc32.Checksum(b, crcTable))
 	if err := writeFileAtomic(filepath.Join(dir, manifestFile), b); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -126,6 +129,15 @@ func OpenSnapshot(dir string) (*Snapshot, error) {
 	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	// The manifest's JSON is followed by its CRC-32C (older manifests
+	// have none and are read unchecked).
+	if i := bytes.LastIndex(b, []byte(manifestCRCMark)); i >= 0 {
+		var crc uint32
+		if _, err := fmt.Sscanf(string(b[i+len(manifestCRCMark):]), "%08x\n", &crc); err != nil || crc != crc32.Checksum(b[:i], crcTable) {
+			return nil, fmt.Errorf("%w: snapshot manifest %s does not match its checksum", ErrCorrupt, filepath.Join(dir, manifestFile))
+		}
+		b = b[:i]
 	}
 	var info SnapshotInfo
 	if err := json.Unmarshal(b, &info); err != nil {
