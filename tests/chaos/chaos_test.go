@@ -122,7 +122,11 @@ func TestChaos(t *testing.T) {
 		"--replace-dead-after", ReplaceDeadAfter.String(),
 		// Segments roll many times a run, and retention deletes the
 		// acknowledged ones under faults.
-		"--segment-bytes", "256KiB", "--retention-interval", "1s")
+		"--segment-bytes", "256KiB", "--retention-interval", "1s",
+		// Raft snapshots are taken and compacted every few seconds, so
+		// a node back from a fault is often caught up by a snapshot, and
+		// there are snapshots to damage.
+		"--raft-snapshot-interval", "5s", "--raft-snapshot-threshold", "512", "--raft-trailing-logs", "1024")
 	if err != nil {
 		t.Fatal(err)
 	}
