@@ -213,6 +213,14 @@ func readAll(ctx context.Context, t *testing.T, c *client.Client, stream string,
 	}
 }
 
+// aFollower returns a node that does not lead the stream's (first)
+// partition.
+func aFollower(ctx context.Context, t *testing.T, c *client.Client, nodes []*clusterNode, stream string) *clusterNode {
+	t.Helper()
+	leader := leaderOf(ctx, t, c, stream)
+	return nodes[slices.IndexFunc(nodes, func(n *clusterNode) bool { return n.id != leader })]
+}
+
 // waitIdentical waits until every node holds the same offsets for every
 // partition of the stream.
 func waitIdentical(ctx context.Context, t testing.TB, nodes []*clusterNode, stream string) {
@@ -638,10 +646,7 @@ func TestClusterRepairsDamagedCopy(t *testing.T) {
 	if len(failed) > 0 {
 		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
 	}
-	victim := nodes[0]
-	if victim.id == leaderOf(ctx, t, c, stream) {
-		victim = nodes[1]
-	}
+	victim := aFollower(ctx, t, c, nodes, stream)
 	waitIdentical(ctx, t, nodes, stream)
 	if err := victim.stop(); err != nil {
 		t.Fatal(err)
@@ -700,10 +705,7 @@ func TestClusterRenewsCopyDamagedInSealedSegment(t *testing.T) {
 		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
 	}
 	waitIdentical(ctx, t, nodes, stream)
-	victim := nodes[0]
-	if victim.id == leaderOf(ctx, t, c, stream) {
-		victim = nodes[1]
-	}
+	victim := aFollower(ctx, t, c, nodes, stream)
 	if err := victim.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -767,15 +769,10 @@ func TestClusterRenewsCopyWithDamagedRaftLog(t *testing.T) {
 	c := newClient(t, clusterURL(nodes))
 	p := streamAndProducer(ctx, t, c, stream, time.Minute)
 	defer p.Close()
-	acked, failed := sendRound(ctx, p, "a", 200)
-	if len(failed) > 0 {
-		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
-	}
+	acked, send := ackedSends(ctx, t, p)
+	send("a", 200)
 	waitIdentical(ctx, t, nodes, stream)
-	victim := nodes[0]
-	if victim.id == leaderOf(ctx, t, c, stream) {
-		victim = nodes[1]
-	}
+	victim := aFollower(ctx, t, c, nodes, stream)
 	// Killed, not stopped: its log's tail is not synced (Raft's log is),
 	// so the cut below is a torn tail that the log drops at open.
 	victim.kill()
@@ -810,11 +807,7 @@ func TestClusterRenewsCopyWithDamagedRaftLog(t *testing.T) {
 	}
 	t.Logf("on %s: cut the log's last byte, flipped a bit in %d copies of the last message in raft.db", victim.id, flipped)
 	victim.restart(t)
-	more, failed := sendRound(ctx, p, "b", 100)
-	if len(failed) > 0 {
-		t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
-	}
-	maps.Copy(acked, more)
+	send("b", 100)
 	for {
 		owner, _ := os.ReadFile(filepath.Join(dir, "replica"))
 		if strings.HasPrefix(string(owner), victim.id+"@") {

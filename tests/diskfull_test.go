@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -217,6 +218,21 @@ func TestDiskFullRefusesSendsAndResumes(t *testing.T) {
 	}
 }
 
+// ackedSends returns the acknowledged messages by payload and a function
+// that sends a round of count messages into it, failing the test if one
+// is refused.
+func ackedSends(ctx context.Context, t *testing.T, p *client.Producer) (map[string]client.MessageID, func(prefix string, count int)) {
+	acked := map[string]client.MessageID{}
+	return acked, func(prefix string, count int) {
+		t.Helper()
+		ok, failed := sendRound(ctx, p, prefix, count)
+		if len(failed) > 0 {
+			t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
+		}
+		maps.Copy(acked, ok)
+	}
+}
+
 // freeOf describes the free space of the disks.
 func freeOf(t testing.TB, disks []*smallDisk) string {
 	var parts []string
@@ -312,17 +328,7 @@ func testReplicaOutOfSpace(t *testing.T, leads bool) {
 	c := newClient(t, clusterURL(nodes))
 	p := streamAndProducer(ctx, t, c, stream, 20*time.Second)
 	defer p.Close()
-	acked := map[string]client.MessageID{}
-	send := func(prefix string, count int) {
-		t.Helper()
-		ok, failed := sendRound(ctx, p, prefix, count)
-		if len(failed) > 0 {
-			t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
-		}
-		for k, id := range ok {
-			acked[k] = id
-		}
-	}
+	acked, send := ackedSends(ctx, t, p)
 	send("before", 100)
 	leader := leaderOf(ctx, t, c, stream)
 	var victim *clusterNode
@@ -435,22 +441,11 @@ func TestFollowerRaftStoreFullCatchesUp(t *testing.T) {
 	c := newClient(t, clusterURL(nodes))
 	p := streamAndProducer(ctx, t, c, stream, 20*time.Second)
 	defer p.Close()
-	acked := map[string]client.MessageID{}
-	send := func(prefix string, count int) {
-		t.Helper()
-		ok, failed := sendRound(ctx, p, prefix, count)
-		if len(failed) > 0 {
-			t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
-		}
-		for k, id := range ok {
-			acked[k] = id
-		}
-	}
+	acked, send := ackedSends(ctx, t, p)
 	send("before", 100)
 	waitIdentical(ctx, t, nodes, stream)
-	leader := leaderOf(ctx, t, c, stream)
-	vi := slices.IndexFunc(nodes, func(n *clusterNode) bool { return n.id != leader })
-	victim := nodes[vi]
+	victim := aFollower(ctx, t, c, nodes, stream)
+	vi := slices.Index(nodes, victim)
 	// The partition's log goes onto a large disk of its own, so that the
 	// Raft store, alone on the small one, is what runs out of space.
 	if err := victim.stop(); err != nil {
