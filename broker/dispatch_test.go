@@ -44,7 +44,7 @@ func TestCloseDispatchersCancelsStalledPushes(t *testing.T) {
 	var ds []*dispatcher
 	var wg sync.WaitGroup
 	for i := range k {
-		d := newDispatcher(p, "s", transport.Shared, true, 0)
+		d := newDispatcher(p, "s", transport.Shared, true, 0, transport.AutoSplit, false)
 		ds = append(ds, d)
 		c := &consumer{id: uint64(i), name: "stalled", out: out}
 		wg.Go(func() { d.push(c, &transport.Message{ConsumerID: c.id}) })

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -34,28 +35,14 @@ func toWire(err error) *transport.Error {
 }
 
 // modeName is a subscription mode as users write it.
-func modeName(m transport.SubscriptionMode) string {
-	switch m {
-	case transport.Exclusive:
-		return "exclusive"
-	case transport.Shared:
-		return "shared"
-	case transport.Failover:
-		return "failover"
-	case transport.KeyShared:
-		return "key_shared"
-	}
-	return fmt.Sprintf("mode(%d)", m)
-}
+func modeName(m transport.SubscriptionMode) string { return subscription.Mode(m).String() }
 
 // keyPolicyName is a key_shared policy as users write it (SUB-2).
 func keyPolicyName(m transport.KeySharedMode, outOfOrder bool) string {
-	name := "auto_split"
-	if m == transport.Sticky {
-		name = "sticky"
-	}
-	if outOfOrder {
-		name += ", allow_out_of_order"
-	}
-	return name
+	return keyPolicy(m, outOfOrder).String()
+}
+
+// keyPolicy maps a wire key_shared policy to the engine's.
+func keyPolicy(m transport.KeySharedMode, outOfOrder bool) subscription.KeyPolicy {
+	return subscription.KeyPolicy{Sticky: m == transport.Sticky, OutOfOrder: outOfOrder}
 }

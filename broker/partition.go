@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/cluster"
-	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
@@ -763,11 +762,7 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	var old *dispatcher
 	if d == nil || d.mode != r.mode || d.durable == r.nonDurable || d.keyMode != keyMode || d.outOfOrder != outOfOrder {
 		old = d
-		d = newDispatcher(p, r.sub, r.mode, !r.nonDurable, pos)
-		d.keyMode, d.outOfOrder = keyMode, outOfOrder
-		if pn, err := geofabric.ParsePartition(p.name); err == nil {
-			d.partition, d.stream = pn.Index, pn.Stream.String()
-		}
+		d = newDispatcher(p, r.sub, r.mode, !r.nonDurable, pos, keyMode, outOfOrder)
 		p.dispatchers[r.sub] = d
 		d.start()
 	}
@@ -826,27 +821,22 @@ func (p *partition) inGrace() bool {
 }
 
 // checkJoin refuses a consumer that cannot join: another mode or key
-// policy while the subscription has members (SUB-2), a second exclusive
-// consumer (EX-1), a name already connected (failover, key_shared), a
-// sticky range conflict (KS-4). Members that are away after a leader
-// change count: their roles are kept for them (SUB-7). When the conflict
-// is with a connected consumer, it is returned to be probed (EX-2).
+// policy while the subscription has members (SUB-2), a reader's name, or
+// what the engine's admission refuses (EX-1, names, KS-4; see
+// subscription.Admit). Members that are away after a leader change count:
+// their roles are kept for them (SUB-7). When the conflict is with a
+// connected consumer, it is returned to be probed (EX-2).
 func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, outOfOrder bool, c *consumer) (*consumer, error) {
 	ms, mode, km, ooo, _ := p.fsm.members(r.sub)
-	var connected []*consumer
 	d := p.dispatcherOf(r.sub)
-	if d != nil {
-		d.mu.Lock()
-		connected = slices.Clone(d.consumers)
-		d.mu.Unlock()
-		if len(connected) > 0 && d.durable && len(ms) == 0 {
-			mode, km, ooo = d.mode, d.keyMode, d.outOfOrder
-		}
-		if len(connected) > 0 && !d.durable {
-			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.sub)
-		}
+	connected := d != nil && d.consumerCount() > 0
+	if connected && !d.durable {
+		return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.sub)
 	}
-	if len(ms) > 0 || len(connected) > 0 {
+	if connected && len(ms) == 0 {
+		mode, km, ooo = d.mode, d.keyMode, d.outOfOrder
+	}
+	if len(ms) > 0 || connected {
 		if mode != r.mode {
 			return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(mode), modeName(r.mode))
 		}
@@ -854,53 +844,17 @@ func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, o
 			return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, keyPolicyName(km, ooo), keyPolicyName(keyMode, outOfOrder))
 		}
 	}
-	switch r.mode {
-	case transport.Exclusive:
-		if len(connected) > 0 {
-			if o := connected[0]; o.out != c.out {
-				return o, wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
-			}
-			// A holder on the newcomer's own connection is alive: that
-			// connection is being read right now.
-			return nil, wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
-		}
-		// After a leader change the holder keeps its place through the
-		// grace (exclusivity across the change).
-		for _, m := range ms {
-			if m.Name != c.name && p.inGrace() {
-				return nil, wireError(transport.CodeConsumerBusy, msgExclusiveBusy+" (consumer '%s' keeps its place for the reconnect grace after a leader change)", m.Name)
-			}
-		}
-	case transport.Failover, transport.KeyShared:
-		for _, o := range connected {
-			if o.name == c.name {
-				if o.out == c.out {
-					return nil, wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, c.name)
-				}
-				return o, wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, c.name)
-			}
-		}
-		if r.mode == transport.KeyShared && keyMode == transport.Sticky {
-			st := subscription.NewSticky()
-			others := map[string][]transport.HashRange{}
-			if p.inGrace() {
-				for _, m := range ms {
-					others[m.Name] = m.Ranges
-				}
-			}
-			for _, o := range connected {
-				others[o.name] = o.ranges
-			}
-			delete(others, c.name)
-			for name, rs := range others {
-				_ = st.Add(name, toRanges(rs))
-			}
-			if err := st.Add(c.name, toRanges(c.ranges)); err != nil {
-				return nil, wireError(transport.CodeConsumerAssignError, "%v", err)
-			}
-		}
+	if connected {
+		return d.admit(c)
 	}
-	return nil, nil
+	_, err := subscription.Admit(subscription.Admission{
+		Mode:     subscription.Mode(r.mode),
+		Keys:     keyPolicy(keyMode, outOfOrder),
+		Consumer: c.engine(),
+		Members:  engineMembers(ms),
+		Grace:    p.inGrace(),
+	})
+	return nil, busyError(err)
 }
 
 // detach detaches a consumer; it leaves the subscription's members, and if
@@ -913,14 +867,10 @@ func (p *partition) detach(sub string, c *consumer) {
 		return
 	}
 	found, empty := d.remove(c)
-	d.mu.Lock()
-	counted := d.takeCounted()
-	d.mu.Unlock()
-	d.flushCounted(counted)
 	if found && d.durable && c.gen != 0 && d.named(c.name) == nil {
 		m := memberState{Name: c.name, Gen: c.gen}
-		if d.mode == transport.Shared {
-			m.Gen = 0 // shared consumers may share a name: the last one out leaves
+		if subscription.Mode(d.mode).SharedNames() {
+			m.Gen = 0 // the last one of the name out leaves
 		}
 		p.leave(sub, m)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -31,6 +32,7 @@ const (
 // writer goroutine that sends what the node queues for the client.
 type session struct {
 	n      *Node
+	seq    uint64 // names the connection to the dispatch engine
 	conn   *transport.Conn
 	logger *slog.Logger
 
@@ -85,6 +87,9 @@ type sessConsumer struct {
 
 var producerSeq atomic.Uint64
 
+// sessionSeq numbers the node's sessions.
+var sessionSeq atomic.Uint64
+
 func newSession(n *Node, nc net.Conn) (*session, error) {
 	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: n.cfg.MaxMessageBytes + 64<<10, Logger: n.logger})
 	if err != nil {
@@ -92,6 +97,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{
+		seq:         sessionSeq.Add(1),
 		ctx:         ctx,
 		cancel:      cancel,
 		n:           n,
@@ -742,7 +748,7 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
 		return
 	}
-	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s}
+	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s, conn: s.seq}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	d, err := lp.subscribe(ctx, subscribeReq{
@@ -793,7 +799,7 @@ func (s *session) ack(c *transport.Ack) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "an ack carries 1..%d offsets, not %d", maxAckOffsets, len(c.Offsets)))
 		return
 	}
-	if c.Cumulative && (sc.d.mode == transport.Shared || sc.d.mode == transport.KeyShared) {
+	if c.Cumulative && !subscription.Mode(sc.d.mode).CumulativeAck() {
 		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, msgCumulativeShared))
 		return
 	}

@@ -129,3 +129,25 @@ func TestSticky(t *testing.T) {
 		t.Fatal("removed consumer still owns")
 	}
 }
+
+// EX-5, FO-7, SH-1, KS-5: cumulative acks are taken by exclusive and
+// failover subscriptions only; SUB-2's refusals name modes and key
+// policies as users write them.
+func TestModeRules(t *testing.T) {
+	for m, want := range map[Mode]bool{Exclusive: true, Failover: true, Shared: false, KeyShared: false} {
+		if m.CumulativeAck() != want {
+			t.Errorf("%v: cumulative ack %v, want %v", m, m.CumulativeAck(), want)
+		}
+	}
+	for m, want := range map[Mode]string{Exclusive: "exclusive", Shared: "shared", Failover: "failover", KeyShared: "key_shared", 9: "mode(9)"} {
+		if m.String() != want {
+			t.Errorf("mode %d is %q, want %q", m, m.String(), want)
+		}
+	}
+	if got := (KeyPolicy{Sticky: true, OutOfOrder: true}).String(); got != "sticky, allow_out_of_order" {
+		t.Errorf("key policy %q", got)
+	}
+	if !Shared.SharedNames() || KeyShared.SharedNames() || Failover.SharedNames() {
+		t.Error("only shared consumers may share a name")
+	}
+}
