@@ -1,0 +1,13 @@
+package broker
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a test starts has stopped when the tests end: nodes,
+// partitions, dispatchers and sessions are closed by their owners.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
