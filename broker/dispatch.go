@@ -311,7 +311,7 @@ func (d *dispatcher) rolesLocked() *roles {
 		}
 	}
 	if d.durable && d.mode != transport.Shared && d.mode != transport.Exclusive && d.p.inGrace() {
-		ms, _, _, _, _ := d.p.fsm.members(d.name)
+		ms, _, _, _, _ := d.p.members(d.name)
 		for _, m := range ms {
 			if _, ok := prio[m.Name]; !ok && !d.p.isJoining(d.name, m.Name) {
 				prio[m.Name], ranges[m.Name] = m.Priority, m.Ranges
@@ -506,7 +506,7 @@ func (d *dispatcher) rewind() {
 	if !d.durable {
 		return
 	}
-	s := d.p.fsm.subscription(d.name)
+	s := d.p.fsm.Subscription(d.name)
 	if s == nil {
 		return
 	}
@@ -781,7 +781,7 @@ func (d *dispatcher) countLocked(off uint64) {
 
 // readTrimmed moves the read position past what retention removed.
 func (d *dispatcher) readTrimmed(epoch uint64) {
-	start := d.p.fsm.startOffset()
+	start := d.p.fsm.StartOffset()
 	d.mu.Lock()
 	if d.epoch == epoch && d.readPos < start {
 		d.readPos = start
@@ -857,7 +857,7 @@ func (d *dispatcher) dispatchOnce() bool {
 			next = m.Offset + 1
 		}
 		if d.durable {
-			if _, ok := d.pending[m.Offset]; ok || d.p.fsm.isAcked(d.name, m.Offset) {
+			if _, ok := d.pending[m.Offset]; ok || d.p.fsm.IsAcked(d.name, m.Offset) {
 				continue
 			}
 			d.hold(m.Offset, c, "")
@@ -1041,7 +1041,7 @@ func (d *dispatcher) dispatchKeys() bool {
 	var done []uint64
 	for _, off := range order {
 		key := d.keys[off]
-		if _, ok := d.pending[off]; ok || d.p.fsm.isAcked(d.name, off) {
+		if _, ok := d.pending[off]; ok || d.p.fsm.IsAcked(d.name, off) {
 			done = append(done, off) // acked meanwhile
 			continue
 		}
@@ -1071,7 +1071,7 @@ func (d *dispatcher) dispatchKeys() bool {
 	limit := d.lookAheadLimit()
 	for _, m := range fresh {
 		key := subscription.StickyKey(m.OrderingKey, m.Key)
-		if d.p.fsm.isAcked(d.name, m.Offset) {
+		if d.p.fsm.IsAcked(d.name, m.Offset) {
 			d.readPos = m.Offset + 1
 			progress = true
 			continue
@@ -1129,7 +1129,7 @@ func (d *dispatcher) describe(si *transport.SubscriptionInfo) {
 		}
 		si.Consumers = append(si.Consumers, ci)
 	}
-	ms, _, _, _, _ := d.p.fsm.members(d.name)
+	ms, _, _, _, _ := d.p.members(d.name)
 	for _, name := range r.away {
 		ci := info(name)
 		ci.Role = "away"
