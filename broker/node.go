@@ -724,6 +724,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 			}
 		},
 		Halted: func(err error) { n.haltPartition(name, f, err) },
+		Logger: n.logger.With("partition", name),
 	})
 	pcfg := defaultPartitionConfig()
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes

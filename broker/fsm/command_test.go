@@ -1,11 +1,46 @@
 package fsm
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
 )
+
+// An entry of an unknown type flagged ignorable is skipped, logged once
+// per type, and the entries after it apply; a known type applies whether
+// flagged or not; an unknown type without the flag stops the node.
+func TestFSMIgnorableUnknownEntries(t *testing.T) {
+	var logs bytes.Buffer
+	f := New(Config{Log: testLog(t, t.TempDir()), SnapshotDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	unknown := entryType(42) | ignoreUnknown
+	for i, data := range [][]byte{{byte(unknown), 0x80}, {byte(unknown)}, {byte(entryType(43) | ignoreUnknown)}} {
+		if res := apply(f, uint64(i+1), data); res != nil {
+			t.Fatalf("a skipped entry answered %v", res)
+		}
+	}
+	if n := strings.Count(logs.String(), "skipping partition entries"); n != 2 {
+		t.Fatalf("logged %d times for 2 unknown types:\n%s", n, logs.String())
+	}
+	flagged := mustEntry(t, sendOf("p", 0))
+	flagged[0] |= byte(ignoreUnknown)
+	if r, ok := apply(f, 4, flagged).([]SendResult); !ok || len(r) != 1 || r[0].Offsets[0] != 0 {
+		t.Fatalf("a send flagged ignorable answered %v", r)
+	}
+	apply(f, 5, mustEntry(t, sendOf("p", 1)))
+	if f.NextOffset() != 2 || f.lastSequence("p") != 1 {
+		t.Fatalf("after the skipped entries: next %d, last sequence %d", f.NextOffset(), f.lastSequence("p"))
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an unknown type without the flag was applied")
+		}
+	}()
+	apply(f, 6, []byte{42})
+}
 
 // entryCreateSubscription is no longer proposed, but logs written by
 // older versions hold it: it still creates a subscription, once, at its

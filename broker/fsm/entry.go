@@ -8,8 +8,9 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// entryType is the first byte of every partition Raft entry; the rest is
-// the msgpack body of the type's struct.
+// entryType is the first byte of every partition Raft entry: the type's
+// number in the low seven bits, ignoreUnknown in the high bit. The rest of
+// the entry is the msgpack body of the type's struct.
 type entryType uint8
 
 // Entry types. Never renumber: they are in every replica's Raft log. A
@@ -30,6 +31,16 @@ const (
 	entryLeave              entryType = 7
 	entryRetain             entryType = 8
 )
+
+// ignoreUnknown, set in an entry's type byte, lets a replica that does not
+// know the type skip the entry (Consul's IgnoreUnknownTypeFlag): write it
+// on a new type only when a replica that skips the entry still serves
+// what the others serve. An unknown type without it stops the node. A
+// known type is applied whether the flag is set or not.
+const ignoreUnknown entryType = 0x80
+
+// number returns the type without the ignoreUnknown flag.
+func (t entryType) number() entryType { return t &^ ignoreUnknown }
 
 // Command is an entry body the broker proposes: Send, Acks, Join, Leave,
 // Seek, DeleteSubscription and Retain. R is what the state machine answers

@@ -242,7 +242,7 @@ func nopCloser(b []byte) *readCloser { return &readCloser{b: b} }
 
 func TestFSMRefusesUnknownEntries(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	for _, data := range [][]byte{{}, {99}, {byte(entrySend), 0xc1}} {
+	for _, data := range [][]byte{{}, {99}, {byte(entrySend), 0xc1}, {byte(entrySend | ignoreUnknown), 0xc1}} {
 		func() {
 			defer func() {
 				if recover() == nil {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -14,7 +15,7 @@ import (
 
 // Config is what a Machine is made of: its log and the directory of its
 // log snapshots, and what it tells its partition. They are dependencies,
-// not tunables: there is nothing to default.
+// not tunables: there is nothing to default but the logger.
 type Config struct {
 	// Log is the partition's log. Required.
 	Log *storage.Log
@@ -31,6 +32,8 @@ type Config struct {
 	// machine has stopped, and the group must be closed on this node. It
 	// must not block. May be nil.
 	Halted func(error)
+	// Logger logs entries skipped by their ignorable type; nil discards.
+	Logger *slog.Logger
 }
 
 // Machine is a partition's Raft state machine (raft.FSM): a thin adapter
@@ -43,6 +46,7 @@ type Machine struct {
 	snapDir string
 	applied func(next uint64, data bool)
 	halted  func(error)
+	logger  *slog.Logger
 
 	mu    sync.RWMutex
 	state state
@@ -51,23 +55,32 @@ type Machine struct {
 	// and every later one are replayed from Raft when the partition opens
 	// again, so none of them counts as applied.
 	failed error
+	// skipped are the unknown ignorable types met, logged once each.
+	skipped map[entryType]bool
 }
 
 // New returns the state machine of a partition whose log and snapshot
 // directory are in cfg, with the state before the first entry.
 func New(cfg Config) *Machine {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &Machine{
 		log:     cfg.Log,
 		snapDir: cfg.SnapshotDir,
 		applied: cfg.Applied,
 		halted:  cfg.Halted,
+		logger:  logger,
 		state:   newState(),
+		skipped: map[entryType]bool{},
 	}
 }
 
 // Apply applies one committed entry and returns its answer (see Answer).
 // Domain errors are answers; an entry that cannot be decoded, or of an
-// unknown type, stops the node: continuing would let replicas diverge. A log that cannot take a committed batch
+// unknown type without the ignorable flag, stops the node: continuing
+// would let replicas diverge. A log that cannot take a committed batch
 // stops this state machine (ErrHalted, and the Halted callback), not the
 // node: hashicorp/raft cannot be told that an entry failed, so every later
 // entry is answered ErrHalted, unapplied, until the group is closed.
@@ -91,7 +104,7 @@ func (m *Machine) Apply(l *raft.Log) any {
 	// Told after the lock is released: the callback takes the
 	// partition's lock, which is taken before this one elsewhere.
 	if m.applied != nil {
-		m.applied(next, entryType(l.Data[0]) == entrySend)
+		m.applied(next, entryType(l.Data[0]).number() == entrySend)
 	}
 	return res
 }
@@ -104,9 +117,14 @@ func (m *Machine) apply(l *raft.Log) (res any, next uint64, failed error) {
 	if m.failed != nil {
 		return fmt.Errorf("%w: %v", ErrHalted, m.failed), m.state.Next, nil
 	}
-	h, ok := handlers[entryType(l.Data[0])]
+	t := entryType(l.Data[0])
+	h, ok := handlers[t.number()]
 	if !ok {
-		panic(fmt.Sprintf("fsm: unknown partition entry type %d at raft index %d", l.Data[0], l.Index))
+		if t&ignoreUnknown == 0 {
+			panic(fmt.Sprintf("fsm: unknown partition entry type %d at raft index %d", t, l.Index))
+		}
+		m.skipLocked(t, l.Index)
+		return nil, m.state.Next, nil
 	}
 	res, err := h.apply(&m.state, m.log, l.Index, l.Data[1:])
 	if errors.Is(err, errAppend) {
@@ -117,6 +135,17 @@ func (m *Machine) apply(l *raft.Log) (res any, next uint64, failed error) {
 		panic(fmt.Sprintf("fsm: partition entry at raft index %d: %v", l.Index, err))
 	}
 	return res, m.state.Next, nil
+}
+
+// skipLocked passes over an entry of an unknown type flagged ignorable,
+// and logs the first of each type.
+func (m *Machine) skipLocked(t entryType, index uint64) {
+	if m.skipped[t] {
+		return
+	}
+	m.skipped[t] = true
+	m.logger.Warn("skipping partition entries of a type this version does not know (flagged ignorable); upgrade this node",
+		"type", int(t.number()), "raft_index", index)
 }
 
 // Cursor returns a copy of a subscription's cursor and its mode.
