@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fabriq-io/fabriq/storage"
 )
 
 // An entry of an unknown type flagged ignorable is skipped, logged once
@@ -90,6 +93,57 @@ func TestAnswer(t *testing.T) {
 	}
 	if _, err := Answer(Acks{}, JoinResult{}); !errors.Is(err, ErrAnswer) {
 		t.Fatalf("acks answered a join result: %v", err)
+	}
+}
+
+// fakeLog is a Log that records what the processor does to it.
+type fakeLog struct {
+	last    uint64
+	next    uint64
+	trimmed []uint64
+}
+
+func (l *fakeLog) LastRaftIndex() uint64 { return l.last }
+
+func (l *fakeLog) Append(index uint64, msgs []storage.Message) (uint64, error) {
+	off := l.next
+	l.last, l.next = index, l.next+uint64(len(msgs))
+	return off, nil
+}
+
+func (l *fakeLog) TrimBefore(start uint64) (storage.RetainResult, error) {
+	l.trimmed = append(l.trimmed, start)
+	return storage.RetainResult{}, nil
+}
+
+// The processor works on the state and a Log: a replay of an entry the log
+// holds (a restart) appends nothing and gives the same answer, and a
+// retain entry trims the log below the replicated start, whatever the
+// entry asked.
+func TestProcessorOnReplicatedState(t *testing.T) {
+	log := &fakeLog{}
+	run := func(s *state, index uint64, data []byte) any {
+		t.Helper()
+		res, err := handlers[entryType(data[0])].apply(s, log, index, data[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	s := newState()
+	first := run(&s, 1, mustEntry(t, sendOf("p", 0, 1, 2)))
+	restarted := newState()
+	if again := run(&restarted, 1, mustEntry(t, sendOf("p", 0, 1, 2))); !reflect.DeepEqual(first, again) || log.next != 3 {
+		t.Fatalf("replay answered %v (first %v), log next %d", again, first, log.next)
+	}
+	if !reflect.DeepEqual(s, restarted) {
+		t.Fatalf("replayed state %+v, want %+v", restarted, s)
+	}
+	run(&s, 2, mustEntry(t, Retain{Start: 2}))
+	run(&s, 3, mustEntry(t, Retain{Start: 1})) // never back
+	run(&s, 4, mustEntry(t, Retain{Start: 9})) // never past Next
+	if !reflect.DeepEqual(log.trimmed, []uint64{2, 2, 3}) || s.Start != 3 {
+		t.Fatalf("start %d, trims %v; want 3 and [2 2 3]", s.Start, log.trimmed)
 	}
 }
 

@@ -10,14 +10,15 @@ import (
 	"github.com/fabriq-io/fabriq/storage"
 )
 
-// Log is what applying entries does with the partition's log: append a
+// Log is what applying entries does to the partition's log: append a
 // committed batch, unless the log already holds the entry (a replay after
 // a restart: LastRaftIndex), and delete segments wholly below the
-// replicated start. *storage.Log satisfies it.
+// replicated start. *storage.Log satisfies it. Nothing else of the log is
+// read while applying: where the local log starts, or how its segments
+// fall, never changes the state.
 type Log interface {
 	LastRaftIndex() uint64
 	Append(raftIndex uint64, msgs []storage.Message) (uint64, error)
-	Info() storage.Info
 	TrimBefore(start uint64) (storage.RetainResult, error)
 }
 
@@ -263,12 +264,14 @@ func applyRetain(s *state, log Log, _ uint64, e Retain) (struct{}, error) {
 	return struct{}{}, nil
 }
 
-// trim deletes the log's segments wholly below the replicated start. A
-// failure (a file that cannot be removed) leaves disk space in use but
-// changes nothing that is served: reads below Start are refused whatever
-// the log holds. The partition's retention loop tries again and logs it.
+// trim deletes the log's sealed segments wholly below the replicated
+// start; the log finds which, so nothing here reads where the local log
+// starts. A failure (a file that cannot be removed) leaves disk space in
+// use but changes nothing that is served: reads below Start are refused
+// whatever the log holds. The partition's retention loop tries again and
+// logs it.
 func trim(log Log, start uint64) {
-	if log.Info().StartOffset < start {
+	if start > 0 {
 		_, _ = log.TrimBefore(start)
 	}
 }
