@@ -273,7 +273,7 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 			pi.Leader = nodeOfReplica(id)
 			// The replicated start, not this copy's own: every replica
 			// answers the same.
-			pi.StartOffset, pi.NextOffset = lp.fsm.startOffset(), lp.fsm.nextOffset()
+			pi.StartOffset, pi.NextOffset = lp.fsm.StartOffset(), lp.fsm.NextOffset()
 			pi.LogBytes = lp.log.Info().Bytes
 			if q := lp.quota.Load(); q != nil && lp.group.IsLeader() {
 				pi.BacklogQuotaExceeded = q.exceeded
@@ -303,13 +303,13 @@ func (n *Node) committedConfig(lp *localPartition) []string {
 // describeSubscriptions reports each subscription's mode, backlog and
 // consumers.
 func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
-	next := p.fsm.nextOffset()
-	subs := p.fsm.subscriptions()
+	next := p.fsm.NextOffset()
+	subs := p.fsm.Subscriptions()
 	out := make([]transport.SubscriptionInfo, 0, len(subs))
 	for name, s := range subs {
 		si := transport.SubscriptionInfo{
 			Name:       name,
-			Mode:       modeName(s.Mode),
+			Mode:       modeName(wireMode(s.Mode)),
 			Backlog:    s.Cursor.Backlog(next),
 			MarkDelete: int64(s.Cursor.Floor) - 1,
 			Consumers:  []transport.ConsumerInfo{},
@@ -319,7 +319,7 @@ func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
 		} else {
 			// Nobody attached here: members kept for their return (SUB-7).
 			for _, m := range s.Members {
-				si.Consumers = append(si.Consumers, transport.ConsumerInfo{Name: m.Name, Role: "away", HashRanges: m.Ranges})
+				si.Consumers = append(si.Consumers, transport.ConsumerInfo{Name: m.Name, Role: "away", HashRanges: wireRanges(m.Ranges)})
 			}
 		}
 		out = append(out, si)

@@ -149,10 +149,10 @@ type replicatedSub struct {
 	sub string
 }
 
-func (s replicatedSub) IsAcked(offset uint64) bool { return s.p.fsm.isAcked(s.sub, offset) }
+func (s replicatedSub) IsAcked(offset uint64) bool { return s.p.fsm.IsAcked(s.sub, offset) }
 
 func (s replicatedSub) Resume() (uint64, map[uint64]uint32, bool) {
-	st := s.p.fsm.subscription(s.sub)
+	st := s.p.fsm.Subscription(s.sub)
 	if st == nil {
 		return 0, nil, false
 	}
@@ -160,7 +160,7 @@ func (s replicatedSub) Resume() (uint64, map[uint64]uint32, bool) {
 }
 
 func (s replicatedSub) Members() []subscription.Member {
-	ms, _, _, _, _ := s.p.fsm.members(s.sub)
+	ms, _, _, _, _ := s.p.members(s.sub)
 	return engineMembers(ms)
 }
 
@@ -521,7 +521,7 @@ func (d *dispatcher) read(plan subscription.Plan) (in subscription.Read, stored 
 	msgs, err := d.p.read(plan.From, plan.Max, maxPushBytes)
 	if errors.Is(err, storage.ErrTrimmed) {
 		d.mu.Lock()
-		d.eng.Trimmed(plan, d.p.fsm.startOffset())
+		d.eng.Trimmed(plan, d.p.fsm.StartOffset())
 		d.mu.Unlock()
 		return in, nil, true
 	}

@@ -1,17 +1,17 @@
 // Package broker is the node service of fabriq: it serves client sessions
 // (producers, consumers, lookups, admin) over the transport protocol and
-// runs, for every partition placed on the node, the partition's Raft state
-// machine that ties the storage log and the subscriptions together.
+// runs, for every partition placed on the node, the partition's log, its
+// Raft group and its state machine (package fsm), which ties the storage
+// log and the subscriptions together.
 //
-// A partition's state machine (fsm) appends each committed send entry to
-// the partition's storage.Log as one batch, keeps producer deduplication
-// state and every subscription's cursor. Its snapshot is the state, then the
-// log's hard-linked snapshot, so taking one does not copy the log. Only the
-// partition's leader dispatches messages to consumers; acks and
-// subscription changes go through Raft. Retention too: the leader applies
-// its stream's policy (retention time and size, backlog quota, message
-// TTL) and proposes the partition's new start offset, which every replica
-// applies by deleting whole segments below it.
+// The broker drives each partition: it groups concurrent sends into one
+// entry, proposes it and answers the producers; it gathers acks into
+// entries; only the partition's leader dispatches messages to consumers;
+// joins, leaves and seeks go through Raft. Retention too: the leader
+// applies its stream's policy (retention time and size, backlog quota,
+// message TTL) and proposes the partition's new start offset, which every
+// replica applies by deleting whole segments below it. The state machine
+// has types of its own; the broker maps transport's to them in one place.
 //
 // The node keeps a free-space reserve on its data directory (MinFreeDisk):
 // below it leaders refuse sends with DiskFull before proposing them. A

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
@@ -82,7 +83,7 @@ type Node struct {
 
 // haltedCopy is a partition whose state machine stopped on this node.
 type haltedCopy struct {
-	fsm   *fsm
+	fsm   *fsm.Machine
 	done  chan struct{} // closed once the copy is closed
 	retry time.Time     // not opened again before
 }
@@ -706,26 +707,32 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		return nil, err
 	}
 	snapDir := filepath.Join(dir, "log-snapshots")
-	if err := cleanSnapshotDir(snapDir); err != nil {
+	if err := fsm.CleanSnapshotDir(snapDir); err != nil {
 		log.Close()
 		return nil, err
 	}
 	// Raft may apply entries (a restart replays them) before the
 	// partition exists: the callback finds it once it does.
 	var target atomic.Pointer[partition]
-	f := newFSM(log, snapDir, func(next uint64, data bool) {
-		if p := target.Load(); p != nil {
-			p.onApplied(next, data)
-		}
+	var f *fsm.Machine
+	f = fsm.New(fsm.Config{
+		Log:         log,
+		SnapshotDir: snapDir,
+		Applied: func(next uint64, data bool) {
+			if p := target.Load(); p != nil {
+				p.onApplied(next, data)
+			}
+		},
+		Halted: func(err error) { n.haltPartition(name, f, err) },
+		Logger: n.logger.With("partition", name),
 	})
-	f.halted = func(err error) { n.haltPartition(name, f, err) }
 	pcfg := defaultPartitionConfig()
 	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
 	pcfg.SubscriptionLimits = n.cfg.Subscriptions
 	pcfg.MaxSubscriptions = n.cfg.Limits.MaxSubscriptionsPerPartition
 	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
 	pcfg.RetentionInterval = n.cfg.RetentionInterval
-	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, expandLogSnapshot)
+	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, fsm.ExpandLogSnapshot)
 	gcfg.NodeID = self
 	gcfg.Retired = retired
 	// The Raft log found damaged while the group runs: the copy stops
@@ -830,7 +837,7 @@ func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 // replays from Raft what it could not append and catches up. Called from Raft's
 // goroutine, it must not block: the group is closed by a goroutine of the
 // node.
-func (n *Node) haltPartition(name string, f *fsm, err error) {
+func (n *Node) haltPartition(name string, f *fsm.Machine, err error) {
 	n.mu.Lock()
 	if n.closed || n.halted[name] != nil {
 		n.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
@@ -103,7 +104,7 @@ type partition struct {
 	name   string
 	cfg    partitionConfig
 	log    *storage.Log
-	fsm    *fsm
+	fsm    *fsm.Machine
 	group  raftGroup
 	logger *slog.Logger
 	// notLeader builds the error for a request that reached a follower.
@@ -151,7 +152,7 @@ type partition struct {
 	attaching map[[2]string]int // every join in progress, newcomer or not
 }
 
-func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm, g raftGroup, logger *slog.Logger, notLeader func() error) *partition {
+func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm.Machine, g raftGroup, logger *slog.Logger, notLeader func() error) *partition {
 	return &partition{
 		name:        name,
 		cfg:         cfg,
@@ -392,11 +393,11 @@ func (p *partition) proposeLoop() {
 				break gather
 			}
 		}
-		e := sendEntry{PublishTime: p.publishTime(), Batches: make([]batchEntry, len(reqs))}
+		e := fsm.Send{PublishTime: p.publishTime(), Batches: make([]fsm.Batch, len(reqs))}
 		for i, r := range reqs {
-			e.Batches[i] = batchEntry{Producer: r.producer, Messages: r.msgs}
+			e.Batches[i] = fsm.Batch{Producer: r.producer, Messages: fsmMessages(r.msgs)}
 		}
-		data, err := encodeEntry(entrySend, e)
+		data, err := fsm.Encode(e)
 		if err != nil {
 			for _, r := range reqs {
 				r.done(nil, err)
@@ -434,12 +435,11 @@ func (p *partition) commitLoop() {
 	defer p.wg.Done()
 	for in := range p.inflight {
 		err := in.future.Error()
-		var results []sendResult
+		var results []fsm.SendResult
 		if err == nil {
-			err = haltedError(in.future.Response())
+			results, err = fsm.Answer(fsm.Send{}, in.future.Response())
 		}
 		if err == nil {
-			results, _ = in.future.Response().([]sendResult)
 			if len(results) != len(in.reqs) {
 				err = fmt.Errorf("state machine answered %d results for %d batches", len(results), len(in.reqs))
 			}
@@ -451,7 +451,7 @@ func (p *partition) commitLoop() {
 			}
 			continue
 		}
-		next := p.fsm.nextOffset()
+		next := p.fsm.NextOffset()
 		for i, r := range in.reqs {
 			r.lastSeq = results[i].LastSeq
 			if results[i].Err != nil {
@@ -479,15 +479,15 @@ func sendRefusal(err error, msgs []transport.MessageData, lastSeq int64) error {
 		ids = fmt.Sprintf("sequence ids %d..%d include one", msgs[0].SequenceID, msgs[n-1].SequenceID)
 	}
 	switch {
-	case errors.Is(err, errSequenceGap):
+	case errors.Is(err, fsm.ErrSequenceGap):
 		return wireError(transport.CodeOutOfOrderSequence,
 			"%s below the producer's last stored id %d and never stored (an earlier send failed while a later one succeeded); nothing of the send is stored: send its messages again as new ones",
 			ids, lastSeq)
-	case errors.Is(err, errSequenceForgotten):
+	case errors.Is(err, fsm.ErrSequenceForgotten):
 		return wireError(transport.CodeOutOfOrderSequence,
 			"%s below the producer's last stored id %d and older than the last %d sends kept for deduplication: whether it was stored cannot be told, so nothing of the send is stored or acknowledged",
-			ids, lastSeq, recentSends)
-	case errors.Is(err, errSequenceOrder):
+			ids, lastSeq, fsm.RecentSends)
+	case errors.Is(err, fsm.ErrSequenceOrder):
 		return wireError(transport.CodeInvalidArgument, "sequence ids must increase within a send")
 	}
 	return wireError(transport.CodeUnknown, "%v", err)
@@ -517,7 +517,7 @@ func (p *partition) raftError(err error) error {
 		return wireError(transport.CodeTimeout, "the partition's Raft group did not commit in time")
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, cluster.ErrClosed):
 		return errStopping
-	case errors.Is(err, errHalted):
+	case errors.Is(err, fsm.ErrHalted):
 		// Committed, and stored by the other replicas: a retry finds it
 		// there, deduplicated.
 		return wireError(transport.CodeServiceNotReady, "partition %s stopped on this node (%v); its other replicas take over", p.name, err)
@@ -585,24 +585,13 @@ func (p *partition) ackLoop() {
 			}
 		}
 		timer.Stop()
-		e := ackEntry{Acks: make([]subAcks, len(reqs))}
+		e := fsm.Acks{Acks: make([]fsm.SubAcks, len(reqs))}
 		for i, r := range reqs {
-			e.Acks[i] = subAcks{Sub: r.sub, Offsets: r.offsets, Cumulative: r.cumulative, Redelivered: r.redelivered}
+			e.Acks[i] = fsm.SubAcks{Sub: r.sub, Offsets: r.offsets, Cumulative: r.cumulative, Redelivered: r.redelivered}
 		}
-		data, err := encodeEntry(entryAcks, e)
-		var res any
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ApplyTimeout)
-			res, err = p.group.Apply(ctx, data)
-			cancel()
-		}
-		if err == nil {
-			err = haltedError(res)
-		}
-		if err != nil {
-			err = p.raftError(err)
-		}
-		errs, _ := res.([]error)
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ApplyTimeout)
+		errs, err := apply(ctx, p, e)
+		cancel()
 		for i, r := range reqs {
 			rerr := err
 			if rerr == nil && i < len(errs) && errs[i] != nil && len(r.offsets) > 0 {
@@ -618,31 +607,6 @@ func (p *partition) ackLoop() {
 			}
 		}
 	}
-}
-
-// apply proposes one entry and waits for it, mapping failures for clients.
-func (p *partition) apply(ctx context.Context, t entryType, body any) (any, error) {
-	data, err := encodeEntry(t, body)
-	if err != nil {
-		return nil, err
-	}
-	res, err := p.group.Apply(ctx, data)
-	if err == nil {
-		err = haltedError(res)
-	}
-	if err != nil {
-		return nil, p.raftError(err)
-	}
-	return res, nil
-}
-
-// haltedError returns the state machine's answer when it is that it has
-// stopped (errHalted), nil otherwise.
-func haltedError(res any) error {
-	if err, ok := res.(error); ok && errors.Is(err, errHalted) {
-		return err
-	}
-	return nil
 }
 
 // dispatcherOf returns a subscription's dispatcher, nil if none runs.
@@ -694,17 +658,17 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	}
 	var pos uint64
 	if r.nonDurable {
-		if _, _, durable := p.fsm.cursor(r.sub); durable {
+		if _, _, durable := p.fsm.Cursor(r.sub); durable {
 			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
 		}
-		start := p.fsm.startOffset()
+		start := p.fsm.StartOffset()
 		switch {
 		case r.start != nil:
-			pos = min(max(*r.start, start), p.fsm.nextOffset())
+			pos = min(max(*r.start, start), p.fsm.NextOffset())
 		case r.initial == transport.Earliest:
 			pos = start
 		default:
-			pos = p.fsm.nextOffset()
+			pos = p.fsm.NextOffset()
 		}
 	} else {
 		holder, err := p.checkJoin(r, keyMode, outOfOrder, c)
@@ -723,25 +687,20 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 		// A newcomer is on its way in, not away, until it is attached; a
 		// returning member keeps its role meanwhile (SUB-7). Either way
 		// the sweep leaves it alone until it is attached.
-		ms, _, _, _, _ := p.fsm.members(r.sub)
+		ms, _, _, _, _ := p.members(r.sub)
 		newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
 		p.setJoining(r.sub, c.name, newcomer, 1)
 		defer p.setJoining(r.sub, c.name, newcomer, -1)
-		res, err := p.apply(ctx, entryJoin, joinEntry{
-			Sub: r.sub, Mode: r.mode, Initial: r.initial, KeyMode: keyMode, OutOfOrder: outOfOrder,
-			Member:  memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges},
+		jr, err := apply(ctx, p, fsm.Join{
+			Sub: r.sub, Mode: fsmMode(r.mode), Initial: fsmInitial(r.initial), KeyMode: fsmKeyMode(keyMode), OutOfOrder: outOfOrder,
+			Member:  fsmMember(memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges}),
 			MaxSubs: p.cfg.MaxSubscriptions,
 		})
 		if err != nil {
 			return nil, err
 		}
-		jr, _ := res.(joinResult)
-		var tooMany *errTooManySubscriptions
-		if errors.As(jr.Err, &tooMany) {
-			return nil, wireError(transport.CodeLimitExceeded, "subscription %s cannot be created: %v", r.sub, jr.Err)
-		}
 		if jr.Err != nil {
-			return nil, wireError(transport.CodeSubscriptionBusy, "%v", jr.Err)
+			return nil, joinRefusal(r.sub, jr.Err)
 		}
 		c.gen = jr.Gen
 	}
@@ -827,7 +786,7 @@ func (p *partition) inGrace() bool {
 // their roles are kept for them (SUB-7). When the conflict is with a
 // connected consumer, it is returned to be probed (EX-2).
 func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, outOfOrder bool, c *consumer) (*consumer, error) {
-	ms, mode, km, ooo, _ := p.fsm.members(r.sub)
+	ms, mode, km, ooo, _ := p.members(r.sub)
 	d := p.dispatcherOf(r.sub)
 	connected := d != nil && d.consumerCount() > 0
 	if connected && !d.durable {
@@ -895,7 +854,11 @@ func (p *partition) leave(sub string, ms ...memberState) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := p.apply(ctx, entryLeave, leaveEntry{Sub: sub, Members: ms}); err != nil {
+	e := fsm.Leave{Sub: sub}
+	for _, m := range ms {
+		e.Members = append(e.Members, fsmMember(m))
+	}
+	if _, err := apply(ctx, p, e); err != nil {
 		p.logger.Warn("could not remove consumers from a subscription; the leader's sweep will", "subscription", sub, "err", err)
 	}
 }
@@ -928,7 +891,7 @@ func (p *partition) sweepLoop() {
 			}
 			seen := map[[2]string]time.Time{}
 			gone := map[string][]memberState{}
-			for sub, ms := range p.fsm.allMembers() {
+			for sub, ms := range p.fsm.AllMembers() {
 				var names map[string]bool
 				if d := p.dispatcherOf(sub); d != nil {
 					names = d.connectedNames()

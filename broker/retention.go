@@ -4,230 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
+	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
 )
-
-// retainEntry moves a partition's start offset and, with AckBelow, every
-// subscription's cursor. The leader decides it (decideRetention); every
-// replica applies the same entry, so every replica and every snapshot
-// agree on where the partition starts.
-type retainEntry struct {
-	// Start is the partition's new start offset: a segment boundary of
-	// the leader's log. A replica deletes its segments wholly below it.
-	Start uint64 `msgpack:"s"`
-	// AckBelow acknowledges, on every subscription, every offset below it:
-	// messages past their TTL, or backlog evicted by the quota.
-	AckBelow uint64 `msgpack:"a,omitempty"`
-}
-
-// applyRetain applies a retainEntry. Cursors below the new start or
-// AckBelow move up to it; the start never moves back.
-func (f *fsm) applyRetain(body []byte) error {
-	var e retainEntry
-	if err := msgpack.Unmarshal(body, &e); err != nil {
-		return err
-	}
-	start := max(min(e.Start, f.state.Next), f.state.Start)
-	floor := min(max(e.AckBelow, start), f.state.Next)
-	// Subscriptions are independent of each other: the order they are
-	// visited in changes nothing.
-	for _, s := range f.state.Subs {
-		if floor > 0 && s.Cursor.Floor < floor {
-			s.Cursor.AckCumulative(floor - 1)
-			s.forgetAcked()
-		}
-	}
-	f.state.Start = start
-	f.trimLocked()
-	return nil
-}
-
-// trimLocked deletes the log's segments wholly below the replicated start.
-// A failure (a file that cannot be removed) leaves disk space in use but
-// changes nothing that is served: reads below Start are refused whatever
-// the log holds. The partition's retention loop tries again and logs it.
-func (f *fsm) trimLocked() {
-	if f.log.Info().StartOffset < f.state.Start {
-		_, _ = f.log.TrimBefore(f.state.Start)
-	}
-}
-
-// startOffset returns the first offset the partition serves.
-func (f *fsm) startOffset() uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.state.Start
-}
-
-// floors returns the replicated start offset, the next offset and every
-// subscription's first unacknowledged offset.
-func (f *fsm) floors() (start, next uint64, floors map[string]uint64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	floors = make(map[string]uint64, len(f.state.Subs))
-	for name, s := range f.state.Subs {
-		floors[name] = s.Cursor.Floor
-	}
-	return f.state.Start, f.state.Next, floors
-}
-
-// retentionInput is what the leader knows when it decides retention.
-type retentionInput struct {
-	Policy transport.RetentionPolicy
-	// Now is the leader's clock, in ms since the epoch.
-	Now int64
-	// Segments are the leader's log segments, oldest first.
-	Segments []storage.SegmentInfo
-	// Start and Next are the replicated start and next offsets.
-	Start, Next uint64
-	// Floors are the subscriptions' first unacknowledged offsets.
-	Floors []uint64
-	// TTLFloor is the first offset published within the message TTL
-	// (Log.OffsetForTime of Now minus the TTL); read when the TTL is set.
-	TTLFloor uint64
-}
-
-// retentionDecision is what the leader proposes and enforces.
-type retentionDecision struct {
-	// Start is the partition's new start offset, at least Start.
-	Start uint64
-	// AckBelow, when above the slowest subscription's floor, moves every
-	// cursor up to it (TTL, backlog eviction); 0 moves none.
-	AckBelow uint64
-	// Backlog is the slowest subscription's backlog in bytes afterwards,
-	// and Slowest its first unacknowledged offset.
-	Backlog int64
-	Slowest uint64
-	// QuotaExceeded refuses sends (producer_exception).
-	QuotaExceeded bool
-}
-
-// decideRetention is the leader's retention policy, a pure function of what
-// it is given (Pulsar's rules):
-//
-//   - the message TTL acknowledges, on every subscription, what was
-//     published before it;
-//   - a backlog over the quota either refuses producers (producer_exception)
-//     or is evicted, oldest whole segments first, by moving the slowest
-//     cursors past them, then inside the active segment as far as its
-//     share of the bytes says (consumer_backlog_eviction);
-//   - sealed segments acknowledged by every subscription (every segment,
-//     when there is none) are deleted, oldest first, unless the retention
-//     limits keep them: a segment goes once its newest message is older
-//     than the retention time or the partition is larger than the
-//     retention size. With both limits zero, acknowledged segments go at
-//     once; -1 (or zero beside a set limit) is no limit on that dimension.
-//
-// The start it returns is always a segment boundary of the leader's log at
-// or below every subscription's first unacknowledged offset.
-func decideRetention(in retentionInput) retentionDecision {
-	var segs []storage.SegmentInfo
-	for _, s := range in.Segments {
-		if s.NextOffset > in.Start || s.Active {
-			segs = append(segs, s)
-		}
-	}
-	d := retentionDecision{Start: in.Start}
-	// slowest: every offset below it is acknowledged by every
-	// subscription.
-	slowest := in.Next
-	if len(in.Floors) > 0 {
-		slowest = uint64(math.MaxUint64)
-		for _, f := range in.Floors {
-			slowest = min(slowest, f)
-		}
-		slowest = max(slowest, in.Start)
-		low := slowest
-		if in.Policy.MessageTTLMs > 0 {
-			slowest = max(slowest, min(max(in.TTLFloor, in.Start), in.Next))
-		}
-		if q := in.Policy.BacklogQuotaBytes; q > 0 && in.Policy.BacklogQuotaPolicy == transport.ConsumerBacklogEviction {
-			for backlogBytes(segs, slowest) > q {
-				i := segmentOf(segs, slowest)
-				if i < 0 {
-					break
-				}
-				if s := segs[i]; s.Active {
-					// Inside the active segment: as far as its share
-					// of the bytes says.
-					keep := uint64(float64(q) / float64(s.Bytes) * float64(s.NextOffset-s.BaseOffset))
-					slowest = max(slowest, s.NextOffset-min(keep, s.NextOffset-s.BaseOffset))
-					break
-				}
-				slowest = segs[i].NextOffset
-			}
-		}
-		if slowest > low {
-			d.AckBelow = slowest
-		}
-		d.Backlog = backlogBytes(segs, slowest)
-		d.QuotaExceeded = in.Policy.BacklogQuotaBytes > 0 && in.Policy.BacklogQuotaPolicy == transport.ProducerException &&
-			d.Backlog > in.Policy.BacklogQuotaBytes
-	}
-	d.Slowest = slowest
-	rt, rb := in.Policy.RetentionTimeMs, in.Policy.RetentionBytes
-	if rt != 0 || rb != 0 {
-		if rt == 0 {
-			rt = -1
-		}
-		if rb == 0 {
-			rb = -1
-		}
-	}
-	var total int64
-	for _, s := range segs {
-		total += s.Bytes
-	}
-	for _, s := range segs {
-		if s.Active || s.NextOffset > slowest {
-			break
-		}
-		expired := rt >= 0 && s.MaxPublishTime < in.Now-rt
-		oversize := rb >= 0 && total > rb
-		if rt == 0 && rb == 0 {
-			expired = true
-		}
-		if !expired && !oversize {
-			break
-		}
-		d.Start = s.NextOffset
-		total -= s.Bytes
-	}
-	return d
-}
-
-// segmentOf returns the index of the segment holding offset o, -1 if none.
-func segmentOf(segs []storage.SegmentInfo, o uint64) int {
-	for i, s := range segs {
-		if o >= s.BaseOffset && o < s.NextOffset {
-			return i
-		}
-	}
-	return -1
-}
-
-// backlogBytes estimates the bytes of the log from offset from on: whole
-// segments after it, and the share of the segment holding it that its
-// offsets from there on take.
-func backlogBytes(segs []storage.SegmentInfo, from uint64) int64 {
-	var n int64
-	for _, s := range segs {
-		switch {
-		case s.NextOffset <= from:
-		case s.BaseOffset >= from:
-			n += s.Bytes
-		default:
-			n += int64(float64(s.Bytes) * float64(s.NextOffset-from) / float64(s.NextOffset-s.BaseOffset))
-		}
-	}
-	return n
-}
 
 // quotaState is what the leader's last retention pass found of the
 // backlog quota; a send is refused while exceeded.
@@ -258,7 +40,7 @@ func (p *partition) retentionLoop() {
 
 // retainOnce is one pass of the retention loop.
 func (p *partition) retainOnce(now time.Time) {
-	if start := p.fsm.startOffset(); p.log.Info().StartOffset < start {
+	if start := p.fsm.StartOffset(); p.log.Info().StartOffset < start {
 		if _, err := p.log.TrimBefore(start); err != nil {
 			p.logger.Warn("cannot delete segments below the partition's start", "start", start, "err", err)
 		}
@@ -274,8 +56,8 @@ func (p *partition) retainOnce(now time.Time) {
 	if !ok {
 		return // the stream is being deleted
 	}
-	start, next, floors := p.fsm.floors()
-	in := retentionInput{Policy: pol, Now: now.UnixMilli(), Segments: p.log.Segments(), Start: start, Next: next}
+	start, next, floors := p.fsm.Floors()
+	in := fsm.RetentionInput{Policy: fsmRetention(pol), Now: now.UnixMilli(), Segments: p.log.Segments(), Start: start, Next: next}
 	for _, f := range floors {
 		in.Floors = append(in.Floors, f)
 	}
@@ -287,14 +69,14 @@ func (p *partition) retainOnce(now time.Time) {
 			in.TTLFloor = o
 		}
 	}
-	d := decideRetention(in)
+	d := fsm.DecideRetention(in)
 	p.quota.Store(&quotaState{exceeded: d.QuotaExceeded, backlog: d.Backlog, quota: pol.BacklogQuotaBytes})
 	if d.Start <= start && d.AckBelow == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := p.apply(ctx, entryRetain, retainEntry{Start: d.Start, AckBelow: d.AckBelow}); err != nil {
+	if _, err := apply(ctx, p, fsm.Retain{Start: d.Start, AckBelow: d.AckBelow}); err != nil {
 		p.logger.Warn("could not commit a retention step", "start", d.Start, "ack_below", d.AckBelow, "err", err)
 		return
 	}
@@ -331,7 +113,7 @@ func (p *partition) checkQuota() error {
 // start with storage.ErrTrimmed even where this replica's log still holds
 // them: every replica serves the same offsets.
 func (p *partition) read(offset uint64, maxMessages, maxBytes int) ([]storage.Message, error) {
-	if start := p.fsm.startOffset(); offset < start {
+	if start := p.fsm.StartOffset(); offset < start {
 		return nil, fmt.Errorf("%w: offset %d, partition starts at %d", storage.ErrTrimmed, offset, start)
 	}
 	msgs, err := p.log.Read(offset, maxMessages, maxBytes)

@@ -2,233 +2,44 @@ package broker
 
 import (
 	"errors"
-	"path/filepath"
+	"fmt"
 	"testing"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
-// segs builds contiguous segments of 100 offsets and 1000 bytes each,
-// segment i's newest message published at time (i+1)*1000; the last is
-// active.
-func segs(n int) []storage.SegmentInfo {
-	out := make([]storage.SegmentInfo, n)
-	for i := range out {
-		out[i] = storage.SegmentInfo{BaseOffset: uint64(i * 100), NextOffset: uint64(i*100 + 100), Bytes: 1000,
-			MaxPublishTime: int64(i+1) * 1000, Active: i == n-1}
-	}
-	return out
-}
-
-// The leader's decision, as a pure function of segments, cursors, times
-// and the policy.
-func TestDecideRetention(t *testing.T) {
-	const now = 10_000
-	tests := []struct {
-		name   string
-		in     retentionInput
-		start  uint64
-		ack    uint64
-		exceed bool
-	}{
-		{name: "acknowledged segments go at once by default",
-			in: retentionInput{Segments: segs(5), Next: 500, Floors: []uint64{250, 320}}, start: 200},
-		{name: "never past the slowest subscription",
-			in: retentionInput{Segments: segs(5), Next: 500, Floors: []uint64{0, 480}}, start: 0},
-		{name: "no subscription: every sealed segment goes, never the active one",
-			in: retentionInput{Segments: segs(5), Next: 500}, start: 400},
-		{name: "retention time keeps young acknowledged segments",
-			in: retentionInput{Policy: transport.RetentionPolicy{RetentionTimeMs: 7500}, Segments: segs(5), Next: 500}, start: 200},
-		{name: "retention size keeps acknowledged segments while the partition is small enough",
-			in: retentionInput{Policy: transport.RetentionPolicy{RetentionBytes: 2500}, Segments: segs(5), Next: 500}, start: 300},
-		{name: "time and size: a segment goes once past either",
-			in: retentionInput{Policy: transport.RetentionPolicy{RetentionTimeMs: 8500, RetentionBytes: 3500}, Segments: segs(5), Next: 500}, start: 200},
-		{name: "-1 keeps everything",
-			in: retentionInput{Policy: transport.RetentionPolicy{RetentionTimeMs: -1, RetentionBytes: -1}, Segments: segs(5), Next: 500}, start: 0},
-		{name: "retention applies to acknowledged messages only",
-			in: retentionInput{Policy: transport.RetentionPolicy{RetentionTimeMs: 1}, Segments: segs(5), Next: 500, Floors: []uint64{150}}, start: 100},
-		{name: "message TTL acknowledges what is older on every subscription",
-			in:    retentionInput{Policy: transport.RetentionPolicy{MessageTTLMs: 7000}, Segments: segs(5), Next: 500, Floors: []uint64{10, 50}, TTLFloor: 300},
-			start: 300, ack: 300},
-		{name: "message TTL does nothing to subscriptions past it",
-			in:    retentionInput{Policy: transport.RetentionPolicy{MessageTTLMs: 7000}, Segments: segs(5), Next: 500, Floors: []uint64{350}, TTLFloor: 300},
-			start: 300},
-		{name: "producer_exception: a backlog over the quota refuses sends and deletes nothing unacknowledged",
-			in:    retentionInput{Policy: transport.RetentionPolicy{BacklogQuotaBytes: 2000}, Segments: segs(5), Next: 500, Floors: []uint64{150, 400}},
-			start: 100, exceed: true},
-		{name: "producer_exception: a backlog within the quota",
-			in:    retentionInput{Policy: transport.RetentionPolicy{BacklogQuotaBytes: 2000}, Segments: segs(5), Next: 500, Floors: []uint64{350}},
-			start: 300},
-		{name: "consumer_backlog_eviction moves the slowest cursors past whole segments",
-			in: retentionInput{Policy: transport.RetentionPolicy{BacklogQuotaBytes: 2000, BacklogQuotaPolicy: transport.ConsumerBacklogEviction},
-				Segments: segs(5), Next: 500, Floors: []uint64{150, 400}},
-			start: 300, ack: 300},
-		{name: "consumer_backlog_eviction goes into the active segment by its share of the bytes, never deletes it",
-			in: retentionInput{Policy: transport.RetentionPolicy{BacklogQuotaBytes: 100, BacklogQuotaPolicy: transport.ConsumerBacklogEviction},
-				Segments: segs(5), Next: 500, Floors: []uint64{0}},
-			start: 400, ack: 490},
-		{name: "the start never moves back",
-			in: retentionInput{Segments: segs(5)[2:], Start: 250, Next: 500, Floors: []uint64{250}}, start: 250},
-		{name: "segments below the start are not counted again",
-			in: retentionInput{Policy: transport.RetentionPolicy{RetentionBytes: 2500}, Segments: segs(5), Start: 200, Next: 500}, start: 300},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tt.in.Now = now
-			d := decideRetention(tt.in)
-			if d.Start != tt.start || d.AckBelow != tt.ack || d.QuotaExceeded != tt.exceed {
-				t.Fatalf("decision %+v; want start %d, ack below %d, quota exceeded %v", d, tt.start, tt.ack, tt.exceed)
-			}
-			boundary := d.Start == tt.in.Start
-			for _, s := range tt.in.Segments {
-				boundary = boundary || s.BaseOffset == d.Start
-			}
-			if !boundary {
-				t.Fatalf("start %d is not a segment boundary", d.Start)
-			}
-			for _, f := range tt.in.Floors {
-				if d.Start > max(f, d.AckBelow) {
-					t.Fatalf("start %d is past a subscription at %d", d.Start, f)
-				}
-			}
-		})
-	}
-}
-
-// smallLog opens a log whose segments roll every segBytes.
-func smallLog(t *testing.T, dir string, segBytes int64) *storage.Log {
-	t.Helper()
-	l, err := storage.Open(dir, storage.Config{SegmentMaxBytes: segBytes})
+// A partition refuses reads below its replicated start even where its own
+// log still holds them.
+func TestPartitionReadBelowStart(t *testing.T) {
+	l, err := storage.Open(t.TempDir(), storage.Config{SegmentMaxBytes: 10 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return l
-}
-
-// The retain entry: every replica applies the same start, whatever its
-// own segments, trims its log to the segment boundary at or below it,
-// moves cursors below it up, and serves a new Earliest subscription from
-// it; a snapshot carries it to a new replica.
-func TestFSMRetainReplicated(t *testing.T) {
-	root := t.TempDir()
-	// Replica c's node rolls segments at another size: its log's own
-	// start differs from the others' once they trim.
-	replicas := []*fsm{
-		newFSM(smallLog(t, filepath.Join(root, "a"), 4<<10), filepath.Join(root, "snap-a"), nil),
-		newFSM(smallLog(t, filepath.Join(root, "b"), 4<<10), filepath.Join(root, "snap-b"), nil),
-		newFSM(smallLog(t, filepath.Join(root, "c"), 10<<10), filepath.Join(root, "snap-c"), nil),
-	}
-	var index uint64
-	applyAll := func(data []byte) {
-		index++
-		for _, f := range replicas {
-			apply(f, index, data)
+	f := fsm.New(fsm.Config{Log: l, SnapshotDir: t.TempDir()})
+	commit := func(index uint64, data []byte, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
 		}
+		f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
 	}
-	applyAll(mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "fast", Initial: transport.Earliest}))
-	applyAll(mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "slow", Initial: transport.Earliest}))
-	for i := range 300 {
-		applyAll(mustEntry(t, entrySend, sendOf("p", uint64(3*i), uint64(3*i+1), uint64(3*i+2))))
-	}
-	applyAll(mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{{Sub: "fast", Offsets: []uint64{799}, Cumulative: true}}}))
-	applyAll(mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{{Sub: "slow", Offsets: []uint64{599}, Cumulative: true}}}))
-
-	// The leader (a) decides from its own segments and cursors.
-	leader := replicas[0]
-	start, next, floors := leader.floors()
-	in := retentionInput{Segments: leader.log.Segments(), Start: start, Next: next}
-	for _, f := range floors {
-		in.Floors = append(in.Floors, f)
-	}
-	d := decideRetention(in)
-	if d.Start == 0 || d.Start > 600 {
-		t.Fatalf("decision %+v: want a start in 1..600", d)
-	}
-	// TTL: everything below 700 is acknowledged on every subscription.
-	applyAll(mustEntry(t, entryRetain, retainEntry{Start: d.Start, AckBelow: 700}))
-
-	for i, f := range replicas {
-		name := string(rune('a' + i))
-		if got := f.startOffset(); got != d.Start {
-			t.Fatalf("replica %s starts at %d, want %d", name, got, d.Start)
-		}
-		li := f.log.Info()
-		if li.StartOffset > d.Start {
-			t.Fatalf("replica %s's log starts at %d, past the partition's start %d", name, li.StartOffset, d.Start)
-		}
-		if i < 2 && li.StartOffset != d.Start {
-			t.Fatalf("replica %s's log starts at %d; its segments are the leader's, so want %d", name, li.StartOffset, d.Start)
-		}
-		if c, _, _ := f.cursor("slow"); c.Floor != 700 {
-			t.Fatalf("replica %s: slow cursor at %d, want 700", name, c.Floor)
-		}
-		if c, _, _ := f.cursor("fast"); c.Floor != 800 {
-			t.Fatalf("replica %s: fast cursor at %d, want 800", name, c.Floor)
-		}
-	}
-	if replicas[2].log.Info().StartOffset == d.Start {
-		t.Fatalf("replica c's log starts at the same offset as the others: the test needs it to differ")
-	}
-	// A new subscription from the earliest message starts at the
-	// partition's start on every replica, through both entry kinds.
-	applyAll(mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "new", Initial: transport.Earliest}))
-	applyAll(mustEntry(t, entryJoin, joinEntry{Sub: "joined", Initial: transport.Earliest, Member: memberState{Name: "c1"}}))
-	// A seek below the start lands on it.
-	applyAll(mustEntry(t, entrySeek, seekEntry{Name: "fast", Offset: 0}))
-	for i, f := range replicas {
-		for _, sub := range []string{"new", "joined", "fast"} {
-			if c, _, _ := f.cursor(sub); c.Floor != d.Start {
-				t.Fatalf("replica %c: subscription %s starts at %d, want the partition's start %d", 'a'+i, sub, c.Floor, d.Start)
-			}
-		}
-	}
-	// A start behind the current one changes nothing.
-	applyAll(mustEntry(t, entryRetain, retainEntry{Start: 1}))
-	for _, f := range replicas {
-		if f.startOffset() != d.Start {
-			t.Fatalf("start moved back to %d", f.startOffset())
-		}
-	}
-
-	// A snapshot of replica c carries the start to a new replica.
-	snap, err := replicas[2].Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
-	g := newFSM(smallLog(t, filepath.Join(root, "d"), 4<<10), filepath.Join(root, "snap-d"), nil)
-	if err := g.Restore(nopCloser(sink.buf)); err != nil {
-		t.Fatal(err)
-	}
-	if g.startOffset() != d.Start {
-		t.Fatalf("restored replica starts at %d, want %d", g.startOffset(), d.Start)
-	}
-	apply(g, index+1, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "after-restore", Initial: transport.Earliest}))
-	if c, _, _ := g.cursor("after-restore"); c.Floor != d.Start {
-		t.Fatalf("a subscription created after the restore starts at %d, want %d", c.Floor, d.Start)
-	}
-}
-
-// A partition refuses reads below its replicated start even where its own
-// log still holds them.
-func TestPartitionReadBelowStart(t *testing.T) {
-	f := newFSM(smallLog(t, t.TempDir(), 10<<10), t.TempDir(), nil)
 	for i := range 100 {
-		apply(f, uint64(i+1), mustEntry(t, entrySend, sendOf("p", uint64(i))))
+		data, err := fsm.Encode(fsm.Send{PublishTime: 1000, Batches: []fsm.Batch{{Producer: "p", Messages: []fsm.Message{{SequenceID: uint64(i), Payload: []byte(fmt.Sprint("p", i))}}}}})
+		commit(uint64(i+1), data, err)
 	}
 	// Inside the first segment: nothing can be deleted, yet offset 10
 	// and later are all that is served.
-	apply(f, 101, mustEntry(t, entryRetain, retainEntry{Start: 10}))
-	if f.log.Info().StartOffset != 0 {
-		t.Fatalf("the log's first segment went: %+v", f.log.Info())
+	data, err := fsm.Encode(fsm.Retain{Start: 10})
+	commit(101, data, err)
+	if l.Info().StartOffset != 0 {
+		t.Fatalf("the log's first segment went: %+v", l.Info())
 	}
-	p := &partition{fsm: f, log: f.log}
+	p := &partition{fsm: f, log: l}
 	if _, err := p.read(9, 1, 1<<20); !errors.Is(err, storage.ErrTrimmed) {
 		t.Fatalf("read below the start: %v, want ErrTrimmed", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
@@ -807,7 +808,7 @@ func (s *session) ack(c *transport.Ack) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "a cumulative ack names one offset"))
 		return
 	}
-	next := sc.p.fsm.nextOffset()
+	next := sc.p.fsm.NextOffset()
 	for _, o := range c.Offsets {
 		if o >= next {
 			s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "ack for unknown message: offset %d, partition ends at %d", o, next))
@@ -849,17 +850,17 @@ func (s *session) seek(c *transport.Seek) {
 		}
 		offset = o
 	}
-	if next := sc.p.fsm.nextOffset(); offset > next {
+	if next := sc.p.fsm.NextOffset(); offset > next {
 		offset = next
 	}
 	if !sc.d.durable {
-		sc.d.seekReader(max(offset, sc.p.fsm.startOffset()))
+		sc.d.seekReader(max(offset, sc.p.fsm.StartOffset()))
 		s.reply(&transport.Success{RequestID: c.RequestID})
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	if _, err := sc.p.apply(ctx, entrySeek, seekEntry{Name: sc.sub, Offset: offset}); err != nil {
+	if _, err := apply(ctx, sc.p.partition, fsm.Seek{Name: sc.sub, Offset: offset}); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
@@ -879,7 +880,7 @@ func (s *session) unsubscribe(c *transport.Unsubscribe) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	if _, err := sc.p.apply(ctx, entryDeleteSubscription, deleteSubscriptionEntry{Name: sc.sub}); err != nil {
+	if _, err := apply(ctx, sc.p.partition, fsm.DeleteSubscription{Name: sc.sub}); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}

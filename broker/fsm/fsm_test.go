@@ -1,4 +1,4 @@
-package broker
+package fsm
 
 import (
 	"errors"
@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/storage"
-	"github.com/fabriq-io/fabriq/transport"
 )
 
 func testLog(t *testing.T, dir string) *storage.Log {
@@ -25,24 +24,37 @@ func testLog(t *testing.T, dir string) *storage.Log {
 	return l
 }
 
-func mustEntry(t *testing.T, typ entryType, body any) []byte {
+// newFSM returns a state machine over log, making log snapshots in
+// snapDir, telling applied (may be nil) of every entry applied.
+func newFSM(log *storage.Log, snapDir string, applied func(uint64, bool)) *Machine {
+	return New(Config{Log: log, SnapshotDir: snapDir, Applied: applied})
+}
+
+// mustEntry returns the Raft entry of a command.
+func mustEntry[R any](t *testing.T, c Command[R]) []byte {
 	t.Helper()
-	b, err := encodeEntry(typ, body)
+	b, err := Encode(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-func sendOf(producer string, seqs ...uint64) sendEntry {
-	b := batchEntry{Producer: producer}
+func sendOf(producer string, seqs ...uint64) Send {
+	b := Batch{Producer: producer}
 	for _, s := range seqs {
-		b.Messages = append(b.Messages, transport.MessageData{SequenceID: s, Payload: []byte(fmt.Sprint(producer, s))})
+		b.Messages = append(b.Messages, Message{SequenceID: s, Payload: []byte(fmt.Sprint(producer, s))})
 	}
-	return sendEntry{PublishTime: 1000, Batches: []batchEntry{b}}
+	return Send{PublishTime: 1000, Batches: []Batch{b}}
 }
 
-func apply(f *fsm, index uint64, data []byte) any {
+// joinOf is a join of consumer c that creates subscription sub, if
+// needed, at the initial position.
+func joinOf(sub, c string, initial InitialPosition) Join {
+	return Join{Sub: sub, Initial: initial, Member: Member{Name: c}}
+}
+
+func apply(f *Machine, index uint64, data []byte) any {
 	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
 }
 
@@ -50,12 +62,12 @@ func apply(f *fsm, index uint64, data []byte) any {
 // offset, across producers interleaved in one entry.
 func TestFSMSendDeduplicates(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	r := apply(f, 1, mustEntry(t, entrySend, sendOf("a", 0, 1, 2))).([]sendResult)
+	r := apply(f, 1, mustEntry(t, sendOf("a", 0, 1, 2))).([]SendResult)
 	if fmt.Sprint(r[0].Offsets) != "[0 1 2]" {
 		t.Fatalf("offsets %v", r[0].Offsets)
 	}
-	e := sendEntry{PublishTime: 2000, Batches: []batchEntry{sendOf("b", 0).Batches[0], sendOf("a", 1, 2, 3).Batches[0]}}
-	r = apply(f, 2, mustEntry(t, entrySend, e)).([]sendResult)
+	e := Send{PublishTime: 2000, Batches: []Batch{sendOf("b", 0).Batches[0], sendOf("a", 1, 2, 3).Batches[0]}}
+	r = apply(f, 2, mustEntry(t, e)).([]SendResult)
 	if fmt.Sprint(r[0].Offsets) != "[3]" || fmt.Sprint(r[1].Offsets) != "[1 2 4]" {
 		t.Fatalf("offsets %v %v", r[0].Offsets, r[1].Offsets)
 	}
@@ -76,10 +88,10 @@ func TestFSMReplayAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var entries [][]byte
-	entries = append(entries, mustEntry(t, entrySend, sendOf("a", 0, 1)))
-	entries = append(entries, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "s", Initial: transport.Earliest}))
-	entries = append(entries, mustEntry(t, entrySend, sendOf("a", 2)))
-	entries = append(entries, mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{{Sub: "s", Offsets: []uint64{0, 2}}}}))
+	entries = append(entries, mustEntry(t, sendOf("a", 0, 1)))
+	entries = append(entries, mustEntry(t, joinOf("s", "c", Earliest)))
+	entries = append(entries, mustEntry(t, sendOf("a", 2)))
+	entries = append(entries, mustEntry(t, Acks{Acks: []SubAcks{{Sub: "s", Offsets: []uint64{0, 2}}}}))
 	f := newFSM(l, t.TempDir(), nil)
 	for i, e := range entries {
 		apply(f, uint64(i+1), e)
@@ -92,11 +104,11 @@ func TestFSMReplayAfterRestart(t *testing.T) {
 	for i, e := range entries {
 		apply(g, uint64(i+1), e)
 	}
-	r := apply(g, 5, mustEntry(t, entrySend, sendOf("a", 2, 3))).([]sendResult)
+	r := apply(g, 5, mustEntry(t, sendOf("a", 2, 3))).([]SendResult)
 	if fmt.Sprint(r[0].Offsets) != "[2 3]" {
 		t.Fatalf("after replay offsets %v, want [2 3]", r[0].Offsets)
 	}
-	c, _, ok := g.cursor("s")
+	c, _, ok := g.Cursor("s")
 	if !ok || c.Floor != 1 || !c.IsAcked(2) || c.IsAcked(1) {
 		t.Fatalf("cursor after replay %+v", c)
 	}
@@ -107,35 +119,33 @@ func TestFSMReplayAfterRestart(t *testing.T) {
 
 func TestFSMSubscriptions(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	apply(f, 1, mustEntry(t, entrySend, sendOf("a", 0, 1, 2)))
+	apply(f, 1, mustEntry(t, sendOf("a", 0, 1, 2)))
 	// SUB-3 latest by default: starts after what exists.
-	res := apply(f, 2, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "late"})).(createResult)
-	if !res.Created {
-		t.Fatal("not created")
+	if res := apply(f, 2, mustEntry(t, joinOf("late", "c1", Latest))).(JoinResult); res.Err != nil || res.Gen != 2 {
+		t.Fatalf("join answered %+v", res)
 	}
-	apply(f, 3, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "early", Initial: transport.Earliest}))
+	apply(f, 3, mustEntry(t, joinOf("early", "c1", Earliest)))
 	// CUR-3: the initial position applies only at creation.
-	res = apply(f, 4, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "late", Initial: transport.Earliest})).(createResult)
-	if res.Created {
-		t.Fatal("created twice")
-	}
-	late, _, _ := f.cursor("late")
-	early, _, _ := f.cursor("early")
+	apply(f, 4, mustEntry(t, joinOf("late", "c2", Earliest)))
+	late, _, _ := f.Cursor("late")
+	early, _, _ := f.Cursor("early")
 	if late.Floor != 3 || early.Floor != 0 {
 		t.Fatalf("floors late %d early %d", late.Floor, early.Floor)
 	}
-	errs := apply(f, 5, mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{
+	errs := apply(f, 5, mustEntry(t, Acks{Acks: []SubAcks{
 		{Sub: "early", Offsets: []uint64{1}, Cumulative: true}, {Sub: "nope", Offsets: []uint64{0}},
 	}})).([]error)
-	if errs[0] != nil || !errors.Is(errs[1], errSubscriptionNotFound) {
+	if errs[0] != nil || !errors.Is(errs[1], ErrSubscriptionNotFound) {
 		t.Fatalf("ack results %v", errs)
 	}
-	apply(f, 6, mustEntry(t, entrySeek, seekEntry{Name: "early", Offset: 0}))
-	if f.isAcked("early", 0) {
+	if err := apply(f, 6, mustEntry(t, Seek{Name: "early", Offset: 0})); err != nil {
+		t.Fatalf("seek answered %v", err)
+	}
+	if f.IsAcked("early", 0) {
 		t.Fatal("seek did not reset the cursor")
 	}
-	apply(f, 7, mustEntry(t, entryDeleteSubscription, deleteSubscriptionEntry{Name: "early"}))
-	if _, _, ok := f.cursor("early"); ok {
+	apply(f, 7, mustEntry(t, DeleteSubscription{Name: "early"}))
+	if _, _, ok := f.Cursor("early"); ok {
 		t.Fatal("subscription not deleted")
 	}
 }
@@ -161,9 +171,9 @@ func TestFSMSnapshotRestore(t *testing.T) {
 		t.Run(fmt.Sprint("adopt=", adopt), func(t *testing.T) {
 			root := t.TempDir()
 			f := newFSM(testLog(t, filepath.Join(root, "a")), filepath.Join(root, "snaps"), nil)
-			apply(f, 1, mustEntry(t, entrySend, sendOf("p", 0, 1, 2, 3)))
-			apply(f, 2, mustEntry(t, entryCreateSubscription, createSubscriptionEntry{Name: "s", Initial: transport.Earliest}))
-			apply(f, 3, mustEntry(t, entryAcks, ackEntry{Acks: []subAcks{{Sub: "s", Offsets: []uint64{0, 2}}}}))
+			apply(f, 1, mustEntry(t, sendOf("p", 0, 1, 2, 3)))
+			apply(f, 2, mustEntry(t, joinOf("s", "c", Earliest)))
+			apply(f, 3, mustEntry(t, Acks{Acks: []SubAcks{{Sub: "s", Offsets: []uint64{0, 2}}}}))
 			snap, err := f.Snapshot()
 			if err != nil {
 				t.Fatal(err)
@@ -178,7 +188,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 					t.Fatal("directory not adopted")
 				}
 				w := &memSink{buf: s.buf}
-				if err := expandLogSnapshot(s.adopted, w); err != nil {
+				if err := ExpandLogSnapshot(s.adopted, w); err != nil {
 					t.Fatal(err)
 				}
 				stream = w.buf
@@ -199,14 +209,14 @@ func TestFSMSnapshotRestore(t *testing.T) {
 			if err != nil || len(msgs) != 4 || string(msgs[3].Payload) != "p3" {
 				t.Fatalf("restored log: %d messages, %v", len(msgs), err)
 			}
-			c, _, ok := g.cursor("s")
+			c, _, ok := g.Cursor("s")
 			if !ok || c.Floor != 1 || !c.IsAcked(2) {
 				t.Fatalf("restored cursor %+v", c)
 			}
 			if g.lastSequence("p") != 3 {
 				t.Fatal("dedup state not restored")
 			}
-			r := apply(g, 4, mustEntry(t, entrySend, sendOf("p", 3, 4))).([]sendResult)
+			r := apply(g, 4, mustEntry(t, sendOf("p", 3, 4))).([]SendResult)
 			if fmt.Sprint(r[0].Offsets) != "[3 4]" {
 				t.Fatalf("offsets after restore %v", r[0].Offsets)
 			}
@@ -232,7 +242,7 @@ func nopCloser(b []byte) *readCloser { return &readCloser{b: b} }
 
 func TestFSMRefusesUnknownEntries(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	for _, data := range [][]byte{{}, {99}, {byte(entrySend), 0xc1}} {
+	for _, data := range [][]byte{{}, {99}, {byte(entrySend), 0xc1}, {byte(entrySend | ignoreUnknown), 0xc1}} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -250,20 +260,20 @@ func TestFSMRefusesUnknownEntries(t *testing.T) {
 // succeeded, and acknowledging it would lose it.
 func TestFSMRefusesSequenceGap(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	apply(f, 1, mustEntry(t, entrySend, sendOf("p", 0, 1)))
-	apply(f, 2, mustEntry(t, entrySend, sendOf("p", 5, 6))) // 2..4 failed
-	r := apply(f, 3, mustEntry(t, entrySend, sendOf("p", 2, 3, 4))).([]sendResult)
-	if !errors.Is(r[0].Err, errSequenceGap) || r[0].LastSeq != 6 {
+	apply(f, 1, mustEntry(t, sendOf("p", 0, 1)))
+	apply(f, 2, mustEntry(t, sendOf("p", 5, 6))) // 2..4 failed
+	r := apply(f, 3, mustEntry(t, sendOf("p", 2, 3, 4))).([]SendResult)
+	if !errors.Is(r[0].Err, ErrSequenceGap) || r[0].LastSeq != 6 {
 		t.Fatalf("resend of a lost batch: %+v", r[0])
 	}
 	// A true duplicate is still answered with its offsets.
-	r = apply(f, 4, mustEntry(t, entrySend, sendOf("p", 5, 6))).([]sendResult)
+	r = apply(f, 4, mustEntry(t, sendOf("p", 5, 6))).([]SendResult)
 	if r[0].Err != nil || fmt.Sprint(r[0].Offsets) != "[2 3]" {
 		t.Fatalf("duplicate: %+v", r[0])
 	}
 	// Opening reports the last stored id after everything before it.
-	e := sendEntry{Batches: []batchEntry{sendOf("p", 7).Batches[0], {Producer: "p"}, {Producer: "q"}}}
-	r = apply(f, 5, mustEntry(t, entrySend, e)).([]sendResult)
+	e := Send{Batches: []Batch{sendOf("p", 7).Batches[0], {Producer: "p"}, {Producer: "q"}}}
+	r = apply(f, 5, mustEntry(t, e)).([]SendResult)
 	if r[1].LastSeq != 7 || r[2].LastSeq != -1 || len(r[1].Offsets) != 0 {
 		t.Fatalf("open results %+v", r)
 	}
@@ -276,10 +286,10 @@ func TestFSMRefusesSequenceGap(t *testing.T) {
 // the same entry on every replica.
 func TestFSMExpiresIdleProducers(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	apply(f, 1, mustEntry(t, entrySend, sendOf("old", 0)))
+	apply(f, 1, mustEntry(t, sendOf("old", 0)))
 	late := sendOf("new", 0)
 	late.PublishTime = 1000 + producerTTL.Milliseconds() + 1
-	apply(f, expiryEvery, mustEntry(t, entrySend, late))
+	apply(f, expiryEvery, mustEntry(t, late))
 	if f.lastSequence("old") != -1 || f.lastSequence("new") != 0 {
 		t.Fatalf("after expiry: old %d new %d", f.lastSequence("old"), f.lastSequence("new"))
 	}
@@ -287,19 +297,19 @@ func TestFSMExpiresIdleProducers(t *testing.T) {
 
 // sends applies one send entry per batch of ids, each batch of producer
 // p, from Raft index *index on, and returns the results.
-func sends(t *testing.T, f *fsm, index *uint64, p string, batches ...[]uint64) []sendResult {
+func sends(t *testing.T, f *Machine, index *uint64, p string, batches ...[]uint64) []SendResult {
 	t.Helper()
-	var out []sendResult
+	var out []SendResult
 	for _, ids := range batches {
 		*index++
-		out = append(out, apply(f, *index, mustEntry(t, entrySend, sendOf(p, ids...))).([]sendResult)[0])
+		out = append(out, apply(f, *index, mustEntry(t, sendOf(p, ids...))).([]SendResult)[0])
 	}
 	return out
 }
 
 // holds fails unless the log holds, at offset o, producer p's message
 // with sequence id seq and its payload.
-func holds(t *testing.T, f *fsm, o uint64, p string, seq uint64) {
+func holds(t *testing.T, f *Machine, o uint64, p string, seq uint64) {
 	t.Helper()
 	if o == noOffset || o >= f.log.NextOffset() {
 		t.Fatalf("%s/%d answered with offset %d; the log holds offsets below %d", p, seq, o, f.log.NextOffset())
@@ -313,54 +323,72 @@ func holds(t *testing.T, f *fsm, o uint64, p string, seq uint64) {
 	}
 }
 
+// sequenceCheck sends batches of producer p, one entry each, and checks
+// how the state machine answers them.
+type sequenceCheck struct {
+	t     *testing.T
+	f     *Machine
+	index uint64
+	first map[uint64]uint64 // sequence id → offset its send was given
+}
+
+// store sends batches and fails unless each is stored.
+func (c *sequenceCheck) store(batches ...[]uint64) {
+	c.t.Helper()
+	for i, r := range sends(c.t, c.f, &c.index, "p", batches...) {
+		if r.Err != nil {
+			c.t.Fatalf("send of %v: %v", batches[i], r.Err)
+		}
+		for j, seq := range batches[i] {
+			holds(c.t, c.f, r.Offsets[j], "p", seq)
+			c.first[seq] = r.Offsets[j]
+		}
+	}
+}
+
+// refused sends ids and fails unless the batch is refused with want and
+// nothing of it is stored.
+func (c *sequenceCheck) refused(want error, ids ...uint64) {
+	c.t.Helper()
+	before := c.f.log.NextOffset()
+	r := sends(c.t, c.f, &c.index, "p", ids)[0]
+	if !errors.Is(r.Err, want) {
+		c.t.Fatalf("resend of %v: err %v offsets %v, want %v", ids, r.Err, r.Offsets, want)
+	}
+	if r.Offsets != nil {
+		c.t.Fatalf("resend of %v refused with offsets %v", ids, r.Offsets)
+	}
+	if c.f.log.NextOffset() != before {
+		c.t.Fatalf("resend of %v refused, yet the log grew from %d to %d", ids, before, c.f.log.NextOffset())
+	}
+}
+
+// answered sends ids already stored and fails unless each is answered
+// with the offset it was first stored at.
+func (c *sequenceCheck) answered(ids ...uint64) {
+	c.t.Helper()
+	r := sends(c.t, c.f, &c.index, "p", ids)[0]
+	if r.Err != nil {
+		c.t.Fatalf("duplicate %v: %v", ids, r.Err)
+	}
+	for j, seq := range ids {
+		if r.Offsets[j] != c.first[seq] {
+			c.t.Fatalf("duplicate %d answered with offset %d, first stored at %d", seq, r.Offsets[j], c.first[seq])
+		}
+		holds(c.t, c.f, r.Offsets[j], "p", seq)
+	}
+}
+
 // MSG-4: a sequence id at or below the producer's last stored one is
 // answered only when the state machine can prove it stored, with the offset
 // that holds it. One it cannot prove is refused and nothing is stored:
 // never stored inside the remembered window (a gap), or older than the
 // window, where a send that failed and one stored long ago look the same.
 func TestFSMRefusesUnprovenSequence(t *testing.T) {
-	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	var index uint64
-	first := map[uint64]uint64{} // sequence id → offset its send was given
-	store := func(batches ...[]uint64) {
-		t.Helper()
-		for i, r := range sends(t, f, &index, "p", batches...) {
-			if r.Err != nil {
-				t.Fatalf("send of %v: %v", batches[i], r.Err)
-			}
-			for j, seq := range batches[i] {
-				holds(t, f, r.Offsets[j], "p", seq)
-				first[seq] = r.Offsets[j]
-			}
-		}
-	}
-	refused := func(want error, ids ...uint64) {
-		t.Helper()
-		before := f.log.NextOffset()
-		r := sends(t, f, &index, "p", ids)[0]
-		if !errors.Is(r.Err, want) {
-			t.Fatalf("resend of %v: err %v offsets %v, want %v", ids, r.Err, r.Offsets, want)
-		}
-		if r.Offsets != nil {
-			t.Fatalf("resend of %v refused with offsets %v", ids, r.Offsets)
-		}
-		if f.log.NextOffset() != before {
-			t.Fatalf("resend of %v refused, yet the log grew from %d to %d", ids, before, f.log.NextOffset())
-		}
-	}
-	answered := func(ids ...uint64) {
-		t.Helper()
-		r := sends(t, f, &index, "p", ids)[0]
-		if r.Err != nil {
-			t.Fatalf("duplicate %v: %v", ids, r.Err)
-		}
-		for j, seq := range ids {
-			if r.Offsets[j] != first[seq] {
-				t.Fatalf("duplicate %d answered with offset %d, first stored at %d", seq, r.Offsets[j], first[seq])
-			}
-			holds(t, f, r.Offsets[j], "p", seq)
-		}
-	}
+	c := &sequenceCheck{t: t, f: newFSM(testLog(t, t.TempDir()), t.TempDir(), nil), first: map[uint64]uint64{}}
+	store, refused, answered := c.store, c.refused, c.answered
+	f := c.f
+	index := &c.index
 
 	// 1, then 3..80 one send each: 79 sends, 2 never stored.
 	store([]uint64{1})
@@ -368,38 +396,38 @@ func TestFSMRefusesUnprovenSequence(t *testing.T) {
 		store([]uint64{seq})
 	}
 	// The window holds the last 64 sends, 17..80.
-	refused(errSequenceForgotten, 2)      // never stored, older than the window
-	refused(errSequenceForgotten, 3)      // stored long ago: cannot be told from 2
-	refused(errSequenceForgotten, 1, 2)   // a batch wholly below the window
-	refused(errSequenceForgotten, 16, 81) // one unproven id refuses the batch, new ids with it
+	refused(ErrSequenceForgotten, 2)      // never stored, older than the window
+	refused(ErrSequenceForgotten, 3)      // stored long ago: cannot be told from 2
+	refused(ErrSequenceForgotten, 1, 2)   // a batch wholly below the window
+	refused(ErrSequenceForgotten, 16, 81) // one unproven id refuses the batch, new ids with it
 	answered(17)
 	answered(50, 51, 52)
 	answered(80)
 
 	// Inside the window: 82 never stored.
 	store([]uint64{81}, []uint64{83, 84})
-	refused(errSequenceGap, 82)
-	refused(errSequenceGap, 82, 83) // a gap and a duplicate
+	refused(ErrSequenceGap, 82)
+	refused(ErrSequenceGap, 82, 83) // a gap and a duplicate
 	answered(83, 84)
 	// A duplicate and new ids in one batch: the duplicate is answered with
 	// its offset, the new ids stored.
-	r := sends(t, f, &index, "p", []uint64{84, 85, 86})[0]
-	if r.Err != nil || r.Offsets[0] != first[84] {
+	r := sends(t, f, index, "p", []uint64{84, 85, 86})[0]
+	if r.Err != nil || r.Offsets[0] != c.first[84] {
 		t.Fatalf("duplicate 84 with new 85, 86: %+v", r)
 	}
 	holds(t, f, r.Offsets[1], "p", 85)
 	holds(t, f, r.Offsets[2], "p", 86)
-	first[85], first[86] = r.Offsets[1], r.Offsets[2]
+	c.first[85], c.first[86] = r.Offsets[1], r.Offsets[2]
 
 	// Ids that skip inside one send: 88 and 90 are stored, 89 is not.
 	store([]uint64{88, 90, 91})
-	refused(errSequenceGap, 89)
-	refused(errSequenceGap, 87)
+	refused(ErrSequenceGap, 89)
+	refused(ErrSequenceGap, 87)
 	answered(88, 90, 91)
 
 	// Ids that do not increase within a batch are refused whole.
-	refused(errSequenceOrder, 95, 92)
-	refused(errSequenceOrder, 96, 96)
+	refused(ErrSequenceOrder, 95, 92)
+	refused(ErrSequenceOrder, 96, 96)
 
 	if f.lastSequence("p") != 91 {
 		t.Fatalf("last sequence %d, want 91", f.lastSequence("p"))
@@ -408,8 +436,8 @@ func TestFSMRefusesUnprovenSequence(t *testing.T) {
 	for seq := uint64(100); seq < 164; seq++ {
 		store([]uint64{seq})
 	}
-	refused(errSequenceForgotten, 17)
-	refused(errSequenceForgotten, 91)
+	refused(ErrSequenceForgotten, 17)
+	refused(ErrSequenceForgotten, 91)
 	answered(100)
 }
 
@@ -418,10 +446,10 @@ func TestFSMRefusesUnprovenSequence(t *testing.T) {
 // with the offsets the first was just given.
 func TestFSMDuplicateInSameEntry(t *testing.T) {
 	f := newFSM(testLog(t, t.TempDir()), t.TempDir(), nil)
-	apply(f, 1, mustEntry(t, entrySend, sendOf("p", 0, 1)))
+	apply(f, 1, mustEntry(t, sendOf("p", 0, 1)))
 	b := sendOf("p", 2, 3).Batches[0]
-	e := sendEntry{PublishTime: 1000, Batches: []batchEntry{b, sendOf("q", 0).Batches[0], b}}
-	r := apply(f, 2, mustEntry(t, entrySend, e)).([]sendResult)
+	e := Send{PublishTime: 1000, Batches: []Batch{b, sendOf("q", 0).Batches[0], b}}
+	r := apply(f, 2, mustEntry(t, e)).([]SendResult)
 	if r[0].Err != nil || r[2].Err != nil || fmt.Sprint(r[0].Offsets) != "[2 3]" || fmt.Sprint(r[2].Offsets) != "[2 3]" {
 		t.Fatalf("first copy %+v, second copy %+v: want offsets [2 3] for both", r[0], r[2])
 	}
@@ -430,7 +458,7 @@ func TestFSMDuplicateInSameEntry(t *testing.T) {
 	}
 	// The same for a producer's very first send.
 	b = sendOf("new", 7).Batches[0]
-	r = apply(f, 3, mustEntry(t, entrySend, sendEntry{PublishTime: 1000, Batches: []batchEntry{b, b}})).([]sendResult)
+	r = apply(f, 3, mustEntry(t, Send{PublishTime: 1000, Batches: []Batch{b, b}})).([]SendResult)
 	if r[0].Err != nil || r[1].Err != nil || fmt.Sprint(r[0].Offsets) != "[5]" || fmt.Sprint(r[1].Offsets) != "[5]" {
 		t.Fatalf("first copy %+v, second copy %+v: want offset [5] for both", r[0], r[1])
 	}
@@ -447,7 +475,7 @@ func TestFSMAnswersOnlyStoredOffsets(t *testing.T) {
 			stored := map[uint64]bool{}
 			next := uint64(0)
 			for index := uint64(1); index <= 400; index++ {
-				var e sendEntry
+				var e Send
 				e.PublishTime = 1000
 				for range 1 + rng.IntN(3) {
 					var ids []uint64
@@ -467,7 +495,7 @@ func TestFSMAnswersOnlyStoredOffsets(t *testing.T) {
 					}
 					e.Batches = append(e.Batches, sendOf("p", ids...).Batches[0])
 				}
-				rs := apply(f, index, mustEntry(t, entrySend, e)).([]sendResult)
+				rs := apply(f, index, mustEntry(t, e)).([]SendResult)
 				for i, r := range rs {
 					if r.Err != nil {
 						continue
