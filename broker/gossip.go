@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 )
 
 // member is a node as gossip knows it.
 type member struct {
-	nodeInfo
+	meta.Node
 	State string    // alive, dead, left
 	Since time.Time // when this node saw State begin
 }
@@ -147,13 +148,13 @@ func (n *Node) replaceDead() {
 	// record left suspect by a refuted suspicion must not keep it from
 	// taking replicas).
 	if !slices.ContainsFunc(live, func(m member) bool { return m.ID == n.cfg.NodeID }) {
-		if self, ok := n.catalog.node(n.cfg.NodeID); ok {
-			live = append(live, member{nodeInfo: self, State: "alive"})
+		if self, ok := n.catalog.Node(n.cfg.NodeID); ok {
+			live = append(live, member{Node: self, State: "alive"})
 		}
 	}
 	delete(dead, n.cfg.NodeID)
 	load := map[string]int{}
-	for _, s := range n.catalog.streams() {
+	for _, s := range n.catalog.Streams() {
 		for _, p := range s.Placement {
 			for _, id := range p {
 				load[id]++
@@ -162,7 +163,7 @@ func (n *Node) replaceDead() {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
-	for _, s := range n.catalog.streams() {
+	for _, s := range n.catalog.Streams() {
 		for i, replicas := range s.Placement {
 			// A partition whose live replicas are not a majority cannot
 			// change its Raft group: moving replicas would not bring it
@@ -223,7 +224,7 @@ func (n *Node) replaceDead() {
 					continue
 				}
 				delete(n.majorityLost, key+" full")
-				data, err := encodeEntry(metaReplaceReplica, replaceReplicaEntry{Stream: s.Name, Partition: i, Old: old, New: best.ID})
+				data, err := meta.Encode(meta.ReplaceReplica{Stream: s.Name, Partition: i, Old: old, New: best.ID})
 				if err != nil {
 					return
 				}
@@ -245,19 +246,19 @@ func (n *Node) replaceDead() {
 func (n *Node) reconcileMembers() {
 	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
-	self := nodeInfo{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
-	want := []nodeInfo{self}
+	self := meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
+	want := []meta.Node{self}
 	if n.gossip != nil {
 		want = want[:0]
 		for _, m := range alive(n.gossip) {
-			want = append(want, m.nodeInfo)
+			want = append(want, m.Node)
 		}
 	}
 	for _, ni := range want {
-		if have, ok := n.catalog.node(ni.ID); ok && have == ni {
+		if have, ok := n.catalog.Node(ni.ID); ok && have == ni {
 			continue
 		}
-		data, err := encodeEntry(metaRegisterNode, ni)
+		data, err := meta.Encode(meta.RegisterNode(ni))
 		if err != nil {
 			return
 		}
@@ -320,7 +321,7 @@ func (n *Node) balanceLoop() {
 		}
 		leaders := map[string]string{}
 		replicas := map[string][]string{}
-		for _, s := range n.catalog.streams() {
+		for _, s := range n.catalog.Streams() {
 			st, err := geofabric.ParseStream(s.Name)
 			if err != nil {
 				continue
@@ -341,14 +342,14 @@ func (n *Node) balanceLoop() {
 			continue
 		}
 		lp, ok := n.partition(move.partition)
-		info, known := n.catalog.node(move.to)
+		info, known := n.catalog.Node(move.to)
 		if !ok || !known || !lp.group.IsLeader() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
 		to := move.to
 		for _, id := range n.replicasOf(move.partition) {
-			if nodeOfReplica(id) == move.to {
+			if meta.NodeOf(id) == move.to {
 				to = id
 			}
 		}

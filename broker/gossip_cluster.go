@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/cluster/meta"
 )
 
 // clusterGossip adapts cluster.Membership and its Routes to gossip.
@@ -46,9 +47,9 @@ func (g *clusterGossip) members() []member {
 	out := make([]member, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, member{
-			nodeInfo: nodeInfo{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, Region: m.Region},
-			State:    m.State.String(),
-			Since:    m.Since,
+			Node:  meta.Node{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, Region: m.Region},
+			State: m.State.String(),
+			Since: m.Since,
 		})
 	}
 	return out

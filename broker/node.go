@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
@@ -35,7 +36,7 @@ type Node struct {
 	clientLn net.Listener
 	mux      *cluster.Mux
 	meta     *cluster.Group
-	catalog  *catalog
+	catalog  *meta.Catalog
 
 	// gossip is nil when the node runs without membership (no GossipAddr).
 	gossip gossip
@@ -176,7 +177,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.gossip = g
 	}
-	n.catalog = newCatalog(n.requestReconcile)
+	n.catalog = meta.NewCatalog(n.requestReconcile, n.logger)
 	n.meta, err = cluster.OpenGroup(n.groupConfig(metaGroupID, filepath.Join(n.cfg.DataDir, "meta"), n.catalog, nil))
 	if err != nil {
 		n.shutdownListeners()
@@ -230,10 +231,10 @@ func (n *Node) diskLoop() {
 // waitRegistered waits until the metadata group has a leader and this
 // node, at its current addresses, is in the catalog.
 func (n *Node) waitRegistered(ctx context.Context) error {
-	self := nodeInfo{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
+	self := meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
 	for {
-		changed := n.catalog.watch()
-		if have, ok := n.catalog.node(self.ID); ok && have == self {
+		changed := n.catalog.Watch()
+		if have, ok := n.catalog.Node(self.ID); ok && have == self {
 			return nil
 		}
 		select {
@@ -292,7 +293,7 @@ func (n *Node) partitionEpoch(partition string) uint64 {
 	if err != nil {
 		return 0
 	}
-	s, _ := n.catalog.stream(p.Stream.String())
+	s, _ := n.catalog.Stream(p.Stream.String())
 	return s.Epoch
 }
 
@@ -348,7 +349,7 @@ func (n *Node) reconcile() {
 	want := map[string][]string{}    // partition → its replicas' server ids
 	initial := map[string][]string{} // partition → its initial replicas
 	self := map[string]string{}      // partition → this node's server id
-	for _, s := range n.catalog.streams() {
+	for _, s := range n.catalog.Streams() {
 		st, err := geofabric.ParseStream(s.Name)
 		if err != nil {
 			n.logger.Error("catalog holds a bad stream name", "stream", s.Name, "err", err)
@@ -362,8 +363,8 @@ func (n *Node) reconcile() {
 			if j < 0 {
 				continue
 			}
-			want[p.String()] = s.replicaIDs(i)
-			self[p.String()] = replicaID(n.cfg.NodeID, s.since(i, j))
+			want[p.String()] = s.Members(i)
+			self[p.String()] = meta.MemberID(n.cfg.NodeID, s.SinceOf(i, j))
 			if i < len(s.Initial) {
 				initial[p.String()] = s.Initial[i]
 			}
@@ -524,7 +525,7 @@ func (n *Node) catchUpLoop() {
 	for {
 		if n.catchUp() {
 			n.caughtUp.Store(true)
-			n.logger.Info("catalog caught up with the metadata group", "index", n.catalog.applied.Load())
+			n.logger.Info("catalog caught up with the metadata group", "index", n.catalog.Applied())
 			n.requestReconcile()
 			return
 		}
@@ -546,7 +547,7 @@ func (n *Node) catchUp() bool {
 		return n.meta.Barrier(ctx) == nil
 	}
 	id, _ := n.meta.Leader()
-	info, ok := n.catalog.node(id)
+	info, ok := n.catalog.Node(id)
 	if id == "" || !ok {
 		return false
 	}
@@ -556,8 +557,8 @@ func (n *Node) catchUp() bool {
 		return false
 	}
 	for {
-		changed := n.catalog.watch()
-		if n.catalog.applied.Load() >= res.Status.MetaIndex {
+		changed := n.catalog.Watch()
+		if n.catalog.Applied() >= res.Status.MetaIndex {
 			return true
 		}
 		select {
@@ -575,11 +576,11 @@ func (n *Node) replicasOf(partition string) []string {
 	if err != nil {
 		return nil
 	}
-	s, ok := n.catalog.stream(pn.Stream.String())
+	s, ok := n.catalog.Stream(pn.Stream.String())
 	if !ok {
 		return nil
 	}
-	return s.replicaIDs(pn.Number())
+	return s.Members(pn.Number())
 }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
@@ -606,7 +607,7 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	}
 	placedNodes := map[string]bool{}
 	for _, id := range replicas {
-		placedNodes[nodeOfReplica(id)] = true
+		placedNodes[meta.NodeOf(id)] = true
 	}
 	var later []string
 	remove := func(id string) bool {
@@ -622,7 +623,7 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 		if slices.Contains(replicas, id) || id == lp.replica {
 			continue
 		}
-		if node := nodeOfReplica(id); !placedNodes[node] && n.nodeState(node) == "alive" {
+		if node := meta.NodeOf(id); !placedNodes[node] && n.nodeState(node) == "alive" {
 			later = append(later, id)
 			continue
 		}
@@ -631,7 +632,7 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 		}
 	}
 	for _, id := range replicas {
-		info, ok := n.catalog.node(nodeOfReplica(id))
+		info, ok := n.catalog.Node(meta.NodeOf(id))
 		if !ok || have[id] == info.RaftAddr {
 			continue
 		}
@@ -748,7 +749,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	}
 	var servers []cluster.Server
 	for _, id := range replicas {
-		info, ok := n.catalog.node(nodeOfReplica(id))
+		info, ok := n.catalog.Node(meta.NodeOf(id))
 		if !ok {
 			g.Close()
 			log.Close()
@@ -769,8 +770,8 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	if pn, err := geofabric.ParsePartition(name); err == nil {
 		stream := pn.Stream.String()
 		p.policy = func() (transport.RetentionPolicy, bool) {
-			s, ok := n.catalog.stream(stream)
-			return s.Retention, ok
+			s, ok := n.catalog.Stream(stream)
+			return retentionToWire(s.Retention), ok
 		}
 	}
 	p.onDamage = func(err error) { n.damagedCopy(name, p, err) }
@@ -927,11 +928,11 @@ func (n *Node) removePartitionData(name string) {
 // client address, or ServiceNotReady while there is no leader.
 func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	id, _ := g.Leader()
-	id = nodeOfReplica(id)
+	id = meta.NodeOf(id)
 	if id == "" {
 		return wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
-	info, _ := n.catalog.node(id)
+	info, _ := n.catalog.Node(id)
 	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
 }
 
@@ -955,7 +956,7 @@ func (n *Node) nodeState(id string) string {
 func (n *Node) leaderOf(name string) (string, uint64) {
 	if lp, ok := n.partition(name); ok {
 		if id, _ := lp.group.Leader(); id != "" {
-			return nodeOfReplica(id), lp.group.Term()
+			return meta.NodeOf(id), lp.group.Term()
 		}
 	}
 	if n.gossip != nil {

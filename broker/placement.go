@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -11,7 +12,7 @@ import (
 // nodes, spread over as many regions as there are, the least loaded first
 // (load counts the replicas a node already holds; ties go by node id), so
 // replicas spread evenly. It updates load.
-func place(nodes []nodeInfo, load map[string]int, partitions, replicas int) ([][]string, error) {
+func place(nodes []meta.Node, load map[string]int, partitions, replicas int) ([][]string, error) {
 	if replicas < 1 {
 		return nil, wireError(transport.CodeInvalidArgument, "replicas must be at least 1, not %d", replicas)
 	}
@@ -24,7 +25,7 @@ func place(nodes []nodeInfo, load map[string]int, partitions, replicas int) ([][
 		regions := map[string]bool{}
 		var chosen []string
 		for range replicas {
-			var best *nodeInfo
+			var best *meta.Node
 			for i := range nodes {
 				c := &nodes[i]
 				if slices.Contains(chosen, c.ID) {
@@ -45,7 +46,7 @@ func place(nodes []nodeInfo, load map[string]int, partitions, replicas int) ([][
 
 // better reports whether a is a better next replica than b: a region the
 // partition does not use yet first, then the lighter load, then the id.
-func better(a, b *nodeInfo, regions map[string]bool, load map[string]int) bool {
+func better(a, b *meta.Node, regions map[string]bool, load map[string]int) bool {
 	if ra, rb := regions[a.Region], regions[b.Region]; ra != rb {
 		return !ra
 	}

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
 func TestPlacementSpreadsReplicas(t *testing.T) {
-	nodes := []nodeInfo{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	nodes := []meta.Node{{ID: "a"}, {ID: "b"}, {ID: "c"}}
 	load := map[string]int{}
 	got, err := place(nodes, load, 4, 2)
 	if err != nil {
@@ -29,18 +30,18 @@ func TestPlacementSpreadsReplicas(t *testing.T) {
 }
 
 func TestPlacementRefusesTooManyReplicas(t *testing.T) {
-	_, err := place([]nodeInfo{{ID: "a"}}, map[string]int{}, 1, 3)
+	_, err := place([]meta.Node{{ID: "a"}}, map[string]int{}, 1, 3)
 	var te *transport.Error
 	if !errors.As(err, &te) || te.Code != transport.CodeInvalidArgument {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := place([]nodeInfo{{ID: "a"}}, map[string]int{}, 1, 0); err == nil {
+	if _, err := place([]meta.Node{{ID: "a"}}, map[string]int{}, 1, 0); err == nil {
 		t.Fatal("zero replicas accepted")
 	}
 }
 
 func TestPlacementSpreadsRegions(t *testing.T) {
-	nodes := []nodeInfo{{ID: "a", Region: "eu"}, {ID: "b", Region: "eu"}, {ID: "c", Region: "us"}, {ID: "d", Region: "us"}, {ID: "e", Region: "ap"}}
+	nodes := []meta.Node{{ID: "a", Region: "eu"}, {ID: "b", Region: "eu"}, {ID: "c", Region: "us"}, {ID: "d", Region: "us"}, {ID: "e", Region: "ap"}}
 	got, err := place(nodes, map[string]int{}, 5, 3)
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -36,45 +36,10 @@ const replicaMarker = "replica"
 // (damagedCopy).
 const damagedMarker = "damaged"
 
-// replicaID is a replica's server id in its partition's Raft group: the
-// node id for a replica of the initial placement, the node id, "@" and
-// the index of the move that placed it for a replica moved in later. Each
-// placement of a node is a new member of the group, so a node that held a
-// partition, was moved away and is given it back neither rejoins with its
-// old copy nor is mistaken for the member it was (that member is removed
-// from the group first: two members cannot share an address).
-func replicaID(node string, since uint64) string {
-	if since == 0 {
-		return node
-	}
-	return fmt.Sprintf("%s@%d", node, since)
-}
-
-// nodeOfReplica returns the node id of a replica's server id.
-func nodeOfReplica(id string) string {
-	node, _, _ := strings.Cut(id, "@")
-	return node
-}
-
 // errStaleMember is claimPartitionDir's answer to a member older than a
 // copy on disk: the catalog this node reads is behind (it is replaying
 // the metadata log), and the placement it asks for is history.
 var errStaleMember = errors.New("broker: a newer member's copy is on disk")
-
-// memberIndex returns the placement index in a member id (0 for a
-// replica of the initial placement): a node's members of one partition
-// only ever get newer.
-func memberIndex(id string) uint64 {
-	_, idx, ok := strings.Cut(id, "@")
-	if !ok {
-		return 0
-	}
-	v, err := strconv.ParseUint(idx, 10, 64)
-	if err != nil {
-		return 0
-	}
-	return v
-}
 
 // claimPartitionDir makes dir the data directory of member self, setting
 // aside a copy that belongs to an older member. A copy of a newer member,
@@ -83,7 +48,7 @@ func memberIndex(id string) uint64 {
 func (n *Node) claimPartitionDir(dir, self string) error {
 	aside, _ := filepath.Glob(dir + "@*")
 	for _, d := range aside {
-		if memberIndex(strings.TrimPrefix(d, dir+"@")) > memberIndex(self) {
+		if meta.MemberIndex(strings.TrimPrefix(d, dir+"@")) > meta.MemberIndex(self) {
 			return fmt.Errorf("%w: %s, asked for %s", errStaleMember, d, self)
 		}
 	}
@@ -94,7 +59,7 @@ func (n *Node) claimPartitionDir(dir, self string) error {
 		return err
 	case owner == self:
 		return nil
-	case memberIndex(owner) > memberIndex(self):
+	case meta.MemberIndex(owner) > meta.MemberIndex(self):
 		return fmt.Errorf("%w: %s belongs to %s, asked for %s", errStaleMember, dir, owner, self)
 	default:
 		// Each member id names one placement, so no copy of owner can
@@ -232,15 +197,15 @@ func (n *Node) renewReplica(partition, member string, from net.Addr) error {
 	}
 	// Only the member's own node may ask: a renewal throws its copy
 	// away. (Token auth, when it comes, must cover node requests too.)
-	if from != nil && !n.fromNode(from, nodeOfReplica(member)) {
-		return wireError(transport.CodeNotAllowed, "only node %s may renew its member %s", nodeOfReplica(member), member)
+	if from != nil && !n.fromNode(from, meta.NodeOf(member)) {
+		return wireError(transport.CodeNotAllowed, "only node %s may renew its member %s", meta.NodeOf(member), member)
 	}
-	if s, ok := n.catalog.stream(pn.Stream.String()); ok {
-		if err := n.settled(s, pn.Number(), []string{nodeOfReplica(member)}); err != nil {
+	if s, ok := n.catalog.Stream(pn.Stream.String()); ok {
+		if err := n.settled(s, pn.Number(), []string{meta.NodeOf(member)}); err != nil {
 			return wireError(transport.CodeServiceNotReady, "partition %s is still changing members (%v); ask again", partition, err)
 		}
 	}
-	data, err := encodeEntry(metaRenewReplica, renewReplicaEntry{Stream: pn.Stream.String(), Partition: pn.Number(), Member: member})
+	data, err := meta.Encode(meta.RenewReplica{Stream: pn.Stream.String(), Partition: pn.Number(), Member: member})
 	if err != nil {
 		return err
 	}
@@ -250,7 +215,7 @@ func (n *Node) renewReplica(partition, member string, from net.Addr) error {
 	if err != nil {
 		return wireError(transport.CodeServiceNotReady, "metadata: %v", err)
 	}
-	if ok, _ := res.(bool); !ok {
+	if r, _ := res.(meta.Result); !r.Done {
 		return wireError(transport.CodeNotAllowed, "%s is not a member of partition %s", member, partition)
 	}
 	n.logger.Warn("a replica's copy is damaged: its node starts a new member from an empty copy", "partition", partition, "member", member)
@@ -379,7 +344,7 @@ func (n *Node) removeMovedAwayCopies() {
 		}
 		// A stream the catalog does not know may be one it has not
 		// replayed yet: its copy stays.
-		s, ok := n.catalog.stream(pn.Stream.String())
+		s, ok := n.catalog.Stream(pn.Stream.String())
 		if !ok {
 			continue
 		}
@@ -413,9 +378,9 @@ func (n *Node) removeMovedAwayCopies() {
 
 // committedMembers asks the leader of a partition for the members of its
 // committed configuration.
-func (n *Node) committedMembers(s streamMeta, pn geofabric.Partition) ([]string, error) {
+func (n *Node) committedMembers(s meta.Stream, pn geofabric.Partition) ([]string, error) {
 	leader, _ := n.leaderOf(pn.String())
-	info, known := n.catalog.node(leader)
+	info, known := n.catalog.Node(leader)
 	if leader == "" || !known {
 		return nil, errors.New("its leader is not known")
 	}
@@ -436,7 +401,7 @@ const sweepBudget = 3 * time.Second
 
 // placedNodes returns the nodes the catalog places a partition on.
 func (n *Node) placedNodes(pn geofabric.Partition) []string {
-	s, ok := n.catalog.stream(pn.Stream.String())
+	s, ok := n.catalog.Stream(pn.Stream.String())
 	if !ok || pn.Number() >= len(s.Placement) {
 		return nil
 	}
@@ -446,7 +411,7 @@ func (n *Node) placedNodes(pn geofabric.Partition) []string {
 // fromNode reports whether a connection from addr comes from node id: from
 // the host of one of the node's advertised addresses.
 func (n *Node) fromNode(addr net.Addr, id string) bool {
-	info, ok := n.catalog.node(id)
+	info, ok := n.catalog.Node(id)
 	if !ok {
 		return false
 	}
@@ -472,7 +437,7 @@ func (n *Node) fromNode(addr net.Addr, id string) bool {
 // (one added a moment ago) rejects the votes of members its old
 // configuration does not know (hashicorp/raft does), and replacing a
 // second member then can leave a majority that never elects a leader.
-func (n *Node) settled(s streamMeta, i int, except []string) error {
+func (n *Node) settled(s meta.Stream, i int, except []string) error {
 	st, err := geofabric.ParseStream(s.Name)
 	if err != nil || i >= s.Partitions {
 		return fmt.Errorf("no partition %d of %s", i, s.Name)
@@ -490,7 +455,7 @@ func (n *Node) settled(s streamMeta, i int, except []string) error {
 			return err
 		}
 	}
-	want := s.replicaIDs(i)
+	want := s.Members(i)
 	slices.Sort(members)
 	slices.Sort(want)
 	if !slices.Equal(members, want) {
@@ -515,7 +480,7 @@ func (n *Node) settled(s streamMeta, i int, except []string) error {
 // membersSeenBy returns the members of a partition's Raft configuration as
 // the copy on node holds it, when that configuration is committed there
 // (empty otherwise, or when the node does not run the partition).
-func (n *Node) membersSeenBy(s streamMeta, pn geofabric.Partition, node string) ([]string, error) {
+func (n *Node) membersSeenBy(s meta.Stream, pn geofabric.Partition, node string) ([]string, error) {
 	if node == n.cfg.NodeID {
 		lp, ok := n.partition(pn.String())
 		if !ok {
@@ -523,7 +488,7 @@ func (n *Node) membersSeenBy(s streamMeta, pn geofabric.Partition, node string) 
 		}
 		return n.committedConfig(lp), nil
 	}
-	info, ok := n.catalog.node(node)
+	info, ok := n.catalog.Node(node)
 	if !ok {
 		return nil, errors.New("not registered")
 	}
