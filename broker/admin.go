@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -133,17 +134,9 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	if _, ok := n.catalog.Stream(st.String()); ok {
 		return wireError(transport.CodeStreamExists, "stream %s exists", st)
 	}
-	load := map[string]int{}
-	for _, s := range n.catalog.Streams() {
-		for _, p := range s.Placement {
-			for _, id := range p {
-				load[id]++
-			}
-		}
-	}
-	placement, err := place(n.catalog.Nodes(), load, partitions, replicas)
+	placement, err := meta.Place(n.catalog.Nodes(), meta.Load(n.catalog.Streams()), partitions, replicas)
 	if err != nil {
-		return err
+		return wireError(transport.CodeInvalidArgument, "%v", strings.TrimPrefix(err.Error(), meta.ErrInvalid.Error()+": "))
 	}
 	data, err := meta.Encode(meta.CreateStream{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: retentionFromWire(retention)})
 	if err != nil {

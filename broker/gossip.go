@@ -337,26 +337,26 @@ func (n *Node) balanceLoop() {
 		for _, m := range alive(n.gossip) {
 			live = append(live, m.ID)
 		}
-		move, ok := balanceLeaders(n.cfg.NodeID, leaders, replicas, live)
+		move, ok := meta.BalanceLeaders(n.cfg.NodeID, leaders, replicas, live)
 		if !ok {
 			continue
 		}
-		lp, ok := n.partition(move.partition)
-		info, known := n.catalog.Node(move.to)
+		lp, ok := n.partition(move.Partition)
+		info, known := n.catalog.Node(move.To)
 		if !ok || !known || !lp.group.IsLeader() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
-		to := move.to
-		for _, id := range n.replicasOf(move.partition) {
-			if meta.NodeOf(id) == move.to {
+		to := move.To
+		for _, id := range n.replicasOf(move.Partition) {
+			if meta.NodeOf(id) == move.To {
 				to = id
 			}
 		}
 		if err := lp.group.TransferLeadershipTo(ctx, to, info.RaftAddr); err != nil {
-			n.logger.Debug("leader balancing transfer failed", "partition", move.partition, "to", move.to, "err", err)
+			n.logger.Debug("leader balancing transfer failed", "partition", move.Partition, "to", move.To, "err", err)
 		} else {
-			n.logger.Info("leadership handed over to even out leaders", "partition", move.partition, "to", move.to)
+			n.logger.Info("leadership handed over to even out leaders", "partition", move.Partition, "to", move.To)
 		}
 		cancel()
 	}

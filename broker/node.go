@@ -346,106 +346,44 @@ func (n *Node) reconcile() {
 	if !n.catalogCurrent() {
 		return // the next catalog change or tick reconciles
 	}
-	want := map[string][]string{}    // partition → its replicas' server ids
-	initial := map[string][]string{} // partition → its initial replicas
-	self := map[string]string{}      // partition → this node's server id
-	for _, s := range n.catalog.Streams() {
-		st, err := geofabric.ParseStream(s.Name)
-		if err != nil {
-			n.logger.Error("catalog holds a bad stream name", "stream", s.Name, "err", err)
-			continue
-		}
-		for i, p := range st.Partitions(s.Partitions) {
-			if i >= len(s.Placement) {
-				continue
-			}
-			j := slices.Index(s.Placement[i], n.cfg.NodeID)
-			if j < 0 {
-				continue
-			}
-			want[p.String()] = s.Members(i)
-			self[p.String()] = meta.MemberID(n.cfg.NodeID, s.SinceOf(i, j))
-			if i < len(s.Initial) {
-				initial[p.String()] = s.Initial[i]
-			}
-		}
+	placed, bad := meta.Assignments(n.catalog.Streams(), n.cfg.NodeID)
+	for _, name := range bad {
+		n.logger.Error("catalog holds a bad stream name", "stream", name)
 	}
 	n.mu.Lock()
-	var moved []*localPartition
+	running := make(map[string]string, len(n.partitions))
 	for name, lp := range n.partitions {
-		// A replica moved away, or moved away and given back (a new
-		// member of the group, which starts from an empty copy).
-		if id, ok := self[name]; !ok || id != lp.replica {
-			moved = append(moved, lp)
-		}
+		running[name] = lp.replica
 	}
+	retired := make(map[string]bool, len(n.retired))
+	for name, lp := range n.retired {
+		retired[name] = lp.group.IsLeader()
+	}
+	plan := meta.PlanNode(placed, running, retired, n.known)
 	type dropped struct {
 		lp     *localPartition
 		remove bool
 	}
 	var drop []dropped
-	var retire []*localPartition
-	for _, lp := range moved {
-		delete(n.partitions, lp.name)
-		_, placed := self[lp.name]
-		switch {
-		case n.replicasOf(lp.name) == nil:
-			// A deleted stream's data goes.
-			drop = append(drop, dropped{lp: lp, remove: true})
-		case placed:
-			// Given back: the old copy is set aside when the new
-			// member's opens (claimPartitionDir). The group removed
-			// the old member before the catalog could give it back.
-			drop = append(drop, dropped{lp: lp})
-		default:
-			retire = append(retire, lp)
+	for _, d := range plan.Drop {
+		from := n.partitions
+		if d.Retired {
+			from = n.retired
 		}
+		drop = append(drop, dropped{lp: from[d.Partition], remove: d.Remove})
+		delete(from, d.Partition)
 	}
-	// A retired copy stops once its partition is given back or deleted;
-	// otherwise the copies sweep deletes it when its group has removed it.
-	var retiredLeaders []*localPartition
-	for name, lp := range n.retired {
-		_, placed := self[name]
-		switch {
-		case n.replicasOf(name) == nil:
-			delete(n.retired, name)
-			drop = append(drop, dropped{lp: lp, remove: true})
-		case placed:
-			delete(n.retired, name)
-			drop = append(drop, dropped{lp: lp})
-		case lp.group.IsLeader():
-			retiredLeaders = append(retiredLeaders, lp)
-		}
+	var retire, handOver []*localPartition
+	for _, name := range plan.Retire {
+		lp := n.partitions[name]
+		delete(n.partitions, name)
+		n.retired[name] = lp
+		retire = append(retire, lp)
 	}
-	for _, lp := range retire {
-		n.retired[lp.name] = lp
+	for _, name := range plan.HandOver {
+		handOver = append(handOver, n.retired[name])
 	}
-	have := make(map[string]bool, len(n.partitions))
-	for name := range n.partitions {
-		have[name] = true
-	}
-	// A halted copy stays closed until there is room on the disk again and
-	// its wait is over (or the node restarts): then it is opened again
-	// below and catches up from Raft. A deleted stream's goes with its
-	// data.
-	var gone []string
-	for name, h := range n.halted {
-		have[name] = true
-		select {
-		case <-h.done:
-			switch {
-			case n.replicasOf(name) == nil:
-				delete(n.halted, name)
-				delete(n.haltWait, name)
-				gone = append(gone, name)
-			case n.disk.roomy() && time.Now().After(h.retry):
-				delete(n.halted, name)
-				delete(have, name)
-				n.logger.Info("opening again a partition stopped for lack of disk space: there is room again; it catches up from Raft", "partition", name)
-			}
-		default: // still closing: the next pass looks again
-		}
-	}
+	open, gone := n.haltedLocked(plan.Open)
 	n.mu.Unlock()
 	for _, name := range gone {
 		n.removePartitionData(name)
@@ -453,7 +391,7 @@ func (n *Node) reconcile() {
 	for _, lp := range retire {
 		n.retirePartition(lp)
 	}
-	for _, lp := range retiredLeaders {
+	for _, lp := range handOver {
 		n.handOver(lp)
 	}
 	for _, d := range drop {
@@ -464,26 +402,8 @@ func (n *Node) reconcile() {
 			n.gossip.forget(d.lp.name)
 		}
 	}
-	for name, replicas := range want {
-		if have[name] {
-			continue
-		}
-		lp, err := n.openPartition(name, self[name], replicas, initial[name], false)
-		if errors.Is(err, errStaleMember) {
-			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
-			continue
-		}
-		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged) {
-			n.askRenewal(name, self[name], err)
-			continue
-		}
-		if err != nil {
-			n.logger.Error("cannot open partition", "partition", name, "err", err)
-			continue
-		}
-		if !n.keep(n.partitions, lp) {
-			return
-		}
+	if !n.openPlaced(open, placed) {
+		return
 	}
 	n.mu.Lock()
 	close(n.changed)
@@ -496,8 +416,8 @@ func (n *Node) reconcile() {
 	}
 	n.mu.Unlock()
 	for _, lp := range leading {
-		replicas, ok := want[lp.name]
-		if !ok {
+		replicas := placed[lp.name].Members
+		if replicas == nil {
 			replicas = n.replicasOf(lp.name)
 		}
 		if len(replicas) > 0 {
@@ -505,6 +425,63 @@ func (n *Node) reconcile() {
 		}
 	}
 	n.removeRetiredCopies()
+}
+
+// known reports whether the catalog has the partition's stream.
+func (n *Node) known(partition string) bool { return n.replicasOf(partition) != nil }
+
+// haltedLocked filters the partitions to open: a halted copy stays closed
+// until there is room on the disk again and its wait is over (or the node
+// restarts); then it is opened again and catches up from Raft. It returns
+// the partitions to open, and the halted copies of deleted streams, whose
+// data goes. The caller holds n.mu.
+func (n *Node) haltedLocked(open []string) (keep, gone []string) {
+	for name, h := range n.halted {
+		select {
+		case <-h.done:
+			switch {
+			case !n.known(name):
+				delete(n.halted, name)
+				delete(n.haltWait, name)
+				gone = append(gone, name)
+			case n.disk.roomy() && time.Now().After(h.retry):
+				delete(n.halted, name)
+				n.logger.Info("opening again a partition stopped for lack of disk space: there is room again; it catches up from Raft", "partition", name)
+			}
+		default: // still closing: the next pass looks again
+		}
+	}
+	for _, name := range open {
+		if n.halted[name] == nil {
+			keep = append(keep, name)
+		}
+	}
+	return keep, gone
+}
+
+// openPlaced opens the partitions placed on this node that it does not
+// run; it reports false when the node has closed meanwhile.
+func (n *Node) openPlaced(names []string, placed map[string]meta.Assignment) bool {
+	for _, name := range names {
+		a := placed[name]
+		lp, err := n.openPartition(name, a.Member, a.Members, a.Bootstrap, false)
+		if errors.Is(err, errStaleMember) {
+			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
+			continue
+		}
+		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged) {
+			n.askRenewal(name, a.Member, err)
+			continue
+		}
+		if err != nil {
+			n.logger.Error("cannot open partition", "partition", name, "err", err)
+			continue
+		}
+		if !n.keep(n.partitions, lp) {
+			return false
+		}
+	}
+	return true
 }
 
 // catalogCurrent reports whether this node's catalog has caught up with
@@ -584,16 +561,9 @@ func (n *Node) replicasOf(partition string) []string {
 }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
-// leads match its replicas (server ids, see replicaID).
-//
-// Members no longer placed whose node is down, or whose node is given a
-// new member (a renewed copy, at the same address), go first: they count
-// in no majority, and the group takes a new server at an address only
-// once the old one is gone. Then the missing replicas (or those at a new
-// address) are added. Members no longer placed on live nodes go last:
-// their copies run retired (retirePartition) and keep answering, so the
-// group never has fewer members able to answer while the new ones catch
-// up.
+// leads match its replicas (member ids), in the order meta.MemberChanges
+// gives, and stops at the first change that fails: the next round starts
+// again from the group's configuration.
 func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
@@ -601,51 +571,25 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	if err != nil {
 		return
 	}
-	have := map[string]string{}
-	for _, s := range servers {
-		have[s.ID] = s.Address
+	addr := func(node string) (string, bool) {
+		info, ok := n.catalog.Node(node)
+		return info.RaftAddr, ok
 	}
-	placedNodes := map[string]bool{}
-	for _, id := range replicas {
-		placedNodes[meta.NodeOf(id)] = true
-	}
-	var later []string
-	remove := func(id string) bool {
-		if err := lp.group.RemoveServer(ctx, id); err != nil {
-			n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", id, "err", err)
-			return false
-		}
-		delete(have, id)
-		n.logger.Info("replica removed", "partition", lp.name, "replica", id)
-		return true
-	}
-	for id := range have {
-		if slices.Contains(replicas, id) || id == lp.replica {
+	alive := func(node string) bool { return n.nodeState(node) == "alive" }
+	for _, c := range meta.MemberChanges(servers, replicas, lp.replica, addr, alive) {
+		if c.Remove {
+			if err := lp.group.RemoveServer(ctx, c.ID); err != nil {
+				n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", c.ID, "err", err)
+				return
+			}
+			n.logger.Info("replica removed", "partition", lp.name, "replica", c.ID)
 			continue
 		}
-		if node := meta.NodeOf(id); !placedNodes[node] && n.nodeState(node) == "alive" {
-			later = append(later, id)
-			continue
-		}
-		if !remove(id) {
+		if err := lp.group.AddVoter(ctx, c.ID, c.Addr); err != nil {
+			n.logger.Warn("adding a replica failed", "partition", lp.name, "replica", c.ID, "err", err)
 			return
 		}
-	}
-	for _, id := range replicas {
-		info, ok := n.catalog.Node(meta.NodeOf(id))
-		if !ok || have[id] == info.RaftAddr {
-			continue
-		}
-		if err := lp.group.AddVoter(ctx, id, info.RaftAddr); err != nil {
-			n.logger.Warn("adding a replica failed", "partition", lp.name, "replica", id, "err", err)
-			return
-		}
-		n.logger.Info("replica added", "partition", lp.name, "replica", id, "addr", info.RaftAddr)
-	}
-	for _, id := range later {
-		if !remove(id) {
-			return
-		}
+		n.logger.Info("replica added", "partition", lp.name, "replica", c.ID, "addr", c.Addr)
 	}
 }
 
