@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -45,17 +44,6 @@ func (n *Node) streamNotFound(format string, args ...any) error {
 		return wireError(transport.CodeServiceNotReady, "node %s is catching up with the metadata group", n.cfg.NodeID)
 	}
 	return wireError(transport.CodeStreamNotFound, format, args...)
-}
-
-// metaNotLeader is the answer of a node that does not lead the metadata
-// group to a request that changes it: NotLeader with the leader's client
-// address, or ServiceNotReady while there is none.
-func (n *Node) metaNotLeader() error {
-	id, _ := n.meta.Leader()
-	if info, ok := n.catalog.Node(id); ok && id != "" {
-		return &transport.Error{Code: transport.CodeNotLeader, Message: "node " + id + " leads the metadata group", LeaderHint: info.ClientAddr}
-	}
-	return wireError(transport.CodeServiceNotReady, "the metadata group has no leader yet")
 }
 
 // notHere is the answer for a partition this node does not run: a hint to
@@ -116,40 +104,18 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	if err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
 	}
-	if !n.meta.IsLeader() {
-		return n.metaNotLeader()
-	}
-	if partitions == 0 {
-		partitions = 1
-	}
-	if replicas == 0 {
-		replicas = 1
-	}
-	if err := geofabric.ValidatePartitions(partitions); err != nil {
-		return wireError(transport.CodeInvalidArgument, "%v", err)
+	if !n.control.IsLeader() {
+		return n.metaNotLeader(n.control.Leader())
 	}
 	if err := validRetention(retention); err != nil {
 		return wireError(transport.CodeInvalidArgument, "%v", err)
 	}
-	if _, ok := n.catalog.Stream(st.String()); ok {
-		return wireError(transport.CodeStreamExists, "stream %s exists", st)
-	}
-	placement, err := meta.Place(n.catalog.Nodes(), meta.Load(n.catalog.Streams()), partitions, replicas)
+	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas, Retention: retentionFromWire(retention)}
+	placement, err := n.control.CreateStream(ctx, spec)
 	if err != nil {
-		return wireError(transport.CodeInvalidArgument, "%v", strings.TrimPrefix(err.Error(), meta.ErrInvalid.Error()+": "))
+		return n.metaError(err)
 	}
-	data, err := meta.Encode(meta.CreateStream{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: retentionFromWire(retention)})
-	if err != nil {
-		return err
-	}
-	res, err := n.meta.Apply(ctx, data)
-	if err != nil {
-		return wireError(transport.CodeServiceNotReady, "metadata: %v", err)
-	}
-	if r, _ := res.(meta.Result); !r.Done {
-		return wireError(transport.CodeStreamExists, "stream %s exists", st)
-	}
-	for i, p := range st.Partitions(partitions) {
+	for i, p := range st.Partitions(len(placement)) {
 		if slices.Contains(placement[i], n.cfg.NodeID) {
 			if _, err := n.waitPartition(ctx, p.String()); err != nil {
 				return err
@@ -165,8 +131,8 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	if !s.n.meta.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader())
+	if !s.n.control.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
 		return
 	}
 	if !c.Force {
@@ -177,15 +143,8 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 			}
 		}
 	}
-	data, err := meta.Encode(meta.DeleteStream{Name: st.String()})
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
-	defer cancel()
-	if _, err := s.n.meta.Apply(ctx, data); err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
+	if err := s.n.control.DeleteStream(s.ctx, st.String()); err != nil {
+		s.replyErr(c.RequestID, s.n.metaError(err))
 		return
 	}
 	s.reply(&transport.Success{RequestID: c.RequestID})
@@ -201,24 +160,12 @@ func (s *session) setRetention(c *transport.SetRetention) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "%v", err))
 		return
 	}
-	if !s.n.meta.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader())
+	if !s.n.control.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
 		return
 	}
-	data, err := meta.Encode(meta.SetRetention{Stream: st.String(), Retention: retentionFromWire(c.Retention)})
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-	defer cancel()
-	res, err := s.n.meta.Apply(ctx, data)
-	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
-		return
-	}
-	if r, _ := res.(meta.Result); !r.Done {
-		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+	if err := s.n.control.SetRetention(context.Background(), st.String(), retentionFromWire(c.Retention)); err != nil {
+		s.replyErr(c.RequestID, s.n.metaError(err))
 		return
 	}
 	s.reply(&transport.Success{RequestID: c.RequestID})
@@ -283,17 +230,6 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
 }
 
-// committedConfig returns the members of a local copy's Raft
-// configuration when that configuration is committed as the copy knows
-// it and no change is in flight, nil otherwise.
-func (n *Node) committedConfig(lp *localPartition) []string {
-	st := lp.group.ConfigStatus()
-	if !st.Known || st.Pending {
-		return nil
-	}
-	return st.Committed.IDs()
-}
-
 // describeSubscriptions reports each subscription's mode, backlog and
 // consumers.
 func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
@@ -331,18 +267,12 @@ func (s *session) clusterStatus(c *transport.ClusterStatus) {
 // committed entries they have yet to apply.
 func (n *Node) status() transport.ClusterInfo {
 	info := transport.ClusterInfo{Node: n.cfg.NodeID, Nodes: []transport.NodeStatus{}, Partitions: []transport.PartitionStatus{}}
-	info.MetaLeader, _ = n.meta.Leader()
-	if n.meta.IsLeader() {
-		// Everything committed is applied before the index is told: a
-		// restarting node waits for its catalog to reach it.
-		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-		if n.meta.Barrier(ctx) == nil {
-			info.MetaIndex = n.catalog.Applied()
-		}
-		cancel()
-	} else {
-		info.MetaIndex = n.catalog.Applied()
-	}
+	info.MetaLeader = n.control.Leader()
+	// On the leader everything committed is applied before the index is
+	// told: a restarting node waits for its catalog to reach it.
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	info.MetaIndex, _ = n.control.Index(ctx)
+	cancel()
 	for _, nd := range n.catalog.Nodes() {
 		info.Nodes = append(info.Nodes, transport.NodeStatus{
 			ID: nd.ID, State: n.nodeState(nd.ID), Region: nd.Region, ClientAddr: nd.ClientAddr, RaftAddr: nd.RaftAddr,

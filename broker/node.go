@@ -23,9 +23,6 @@ import (
 	"github.com/fabriq-io/fabriq/transport"
 )
 
-// metaGroupID names the metadata Raft group on the node's Raft listener.
-const metaGroupID = "_meta"
-
 // Node is a running fabriq node: the metadata group's replica, the
 // partitions placed on the node, and the client listener.
 type Node struct {
@@ -35,8 +32,15 @@ type Node struct {
 	raftLn   net.Listener
 	clientLn net.Listener
 	mux      *cluster.Mux
-	meta     *cluster.Group
-	catalog  *meta.Catalog
+	// control is the node's control plane: its replica of the metadata
+	// group, the catalog it reads (catalog), and the loops that place and
+	// repair partitions.
+	control *meta.Service
+	catalog *meta.Catalog
+	// rpc answers other nodes' calls on the Raft port; rpcClient makes
+	// this node's.
+	rpc       *cluster.RPCServer
+	rpcClient *cluster.RPCClient
 
 	// gossip is nil when the node runs without membership (no GossipAddr).
 	gossip gossip
@@ -44,14 +48,9 @@ type Node struct {
 	disk *diskReserve
 
 	reconcileCh chan struct{}
-	// majorityLost remembers the partitions already reported as beyond
-	// automatic repair (the metadata leader's loop only).
-	majorityLost map[string]bool
 	// renewing holds the partitions whose damaged copy this node is
 	// asking the metadata leader to replace (askRenewal).
 	renewing map[string]bool
-	// caughtUp latches once the catalog has caught up (catalogCurrent).
-	caughtUp atomic.Bool
 	stop     chan struct{}
 	// ctx ends when the node closes.
 	ctx    context.Context
@@ -111,23 +110,22 @@ func NewNode(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Node{
-		ctx:          ctx,
-		cancel:       cancel,
-		cfg:          cfg,
-		logger:       cfg.Logger.With("node", cfg.NodeID),
-		reconcileCh:  make(chan struct{}, 1),
-		majorityLost: map[string]bool{},
-		renewing:     map[string]bool{},
-		stop:         make(chan struct{}),
-		partitions:   map[string]*localPartition{},
-		retired:      map[string]*localPartition{},
-		sessions:     map[*session]struct{}{},
-		perAddr:      map[string]int{},
-		refusals:     make(chan struct{}, maxRefusals),
-		halted:       map[string]*haltedCopy{},
-		haltWait:     map[string]time.Duration{},
-		changed:      make(chan struct{}),
-		disk:         newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
+		ctx:         ctx,
+		cancel:      cancel,
+		cfg:         cfg,
+		logger:      cfg.Logger.With("node", cfg.NodeID),
+		reconcileCh: make(chan struct{}, 1),
+		renewing:    map[string]bool{},
+		stop:        make(chan struct{}),
+		partitions:  map[string]*localPartition{},
+		retired:     map[string]*localPartition{},
+		sessions:    map[*session]struct{}{},
+		perAddr:     map[string]int{},
+		refusals:    make(chan struct{}, maxRefusals),
+		halted:      map[string]*haltedCopy{},
+		haltWait:    map[string]time.Duration{},
+		changed:     make(chan struct{}),
+		disk:        newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
 }
 
@@ -177,33 +175,14 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.gossip = g
 	}
-	n.catalog = meta.NewCatalog(n.requestReconcile, n.logger)
-	n.meta, err = cluster.OpenGroup(n.groupConfig(metaGroupID, filepath.Join(n.cfg.DataDir, "meta"), n.catalog, nil))
-	if err != nil {
-		n.shutdownListeners()
-		return err
-	}
-	if n.cfg.BootstrapExpect == 1 {
-		if err := n.meta.Bootstrap(ctx, []cluster.Server{{ID: n.cfg.NodeID, Address: n.cfg.AdvertiseRaftAddr, Voter: true}}); err != nil {
-			n.Close()
-			return err
-		}
-	} else {
-		n.wg.Add(1)
-		go n.bootstrapLoop()
-	}
-	n.wg.Add(1)
-	go n.metaLeaderLoop()
-	if err := n.waitRegistered(ctx); err != nil {
+	if err := n.startControl(ctx); err != nil {
 		n.Close()
 		return err
 	}
-	n.wg.Add(5)
+	n.wg.Add(3)
 	go n.diskLoop()
-	go n.catchUpLoop()
 	go n.reconcileLoop()
 	go n.acceptLoop()
-	go n.balanceLoop()
 	n.requestReconcile()
 	return nil
 }
@@ -228,22 +207,37 @@ func (n *Node) diskLoop() {
 	}
 }
 
-// waitRegistered waits until the metadata group has a leader and this
-// node, at its current addresses, is in the catalog.
-func (n *Node) waitRegistered(ctx context.Context) error {
-	self := meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
-	for {
-		changed := n.catalog.Watch()
-		if have, ok := n.catalog.Node(self.ID); ok && have == self {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			leader, _ := n.meta.Leader()
-			return fmt.Errorf("broker: the node was not registered in the metadata group (leader %q): %w", leader, ctx.Err())
-		}
+// startControl starts the node's control plane and its node-to-node
+// calls, and waits until the node is registered in the catalog.
+func (n *Node) startControl(ctx context.Context) error {
+	n.rpc = cluster.NewRPCServer(n.mux, n.logger)
+	n.rpcClient = cluster.NewRPCClient()
+	cfg := meta.Config{
+		Self:             meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region},
+		Group:            n.groupConfig(meta.GroupID, filepath.Join(n.cfg.DataDir, "meta"), nil, nil),
+		BootstrapExpect:  n.cfg.BootstrapExpect,
+		ReplaceDeadAfter: n.cfg.ReplaceDeadAfter,
+		ApplyTimeout:     applyTimeout,
+		Host:             host{n},
+		RPC:              n.rpc,
+		Client:           n.rpcClient,
+		Logger:           n.logger,
 	}
+	if n.gossip != nil {
+		cfg.Gossip = n.gossip
+	}
+	control, err := meta.New(cfg)
+	if err != nil {
+		return err
+	}
+	n.control, n.catalog = control, control.Catalog()
+	if err := n.rpc.Start(); err != nil {
+		return err
+	}
+	if err := control.Start(ctx); err != nil {
+		return err
+	}
+	return control.WaitRegistered(ctx)
 }
 
 // groupConfig returns the configuration of one of the node's Raft groups.
@@ -346,10 +340,7 @@ func (n *Node) reconcile() {
 	if !n.catalogCurrent() {
 		return // the next catalog change or tick reconciles
 	}
-	placed, bad := meta.Assignments(n.catalog.Streams(), n.cfg.NodeID)
-	for _, name := range bad {
-		n.logger.Error("catalog holds a bad stream name", "stream", name)
-	}
+	placed := n.control.Placed()
 	n.mu.Lock()
 	running := make(map[string]string, len(n.partitions))
 	for name, lp := range n.partitions {
@@ -485,80 +476,13 @@ func (n *Node) openPlaced(names []string, placed map[string]meta.Assignment) boo
 }
 
 // catalogCurrent reports whether this node's catalog has caught up with
-// the metadata group since the node started (catchUpLoop). A node that
-// restarts replays the metadata log, and its catalog passes through every
-// placement of the past on the way: acting on them would open partitions
-// the node no longer holds, close those it does, and tell clients that
-// streams do not exist. Once caught up the catalog only moves forward.
-func (n *Node) catalogCurrent() bool { return n.caughtUp.Load() }
+// the metadata group since the node started (meta.Service.Current): until
+// then it opens and closes no partition.
+func (n *Node) catalogCurrent() bool { return n.control.Current() }
 
-// catchUpLoop waits until the catalog has applied every metadata entry the
-// metadata leader had applied when asked (a read barrier), then wakes
-// reconcile. It gives up only when the node stops.
-func (n *Node) catchUpLoop() {
-	defer n.wg.Done()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if n.catchUp() {
-			n.caughtUp.Store(true)
-			n.logger.Info("catalog caught up with the metadata group", "index", n.catalog.Applied())
-			n.requestReconcile()
-			return
-		}
-		select {
-		case <-n.stop:
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// catchUp makes one attempt: the leader passes a barrier (everything
-// committed is applied); another node asks the leader how far its
-// catalog is and waits for its own to get there.
-func (n *Node) catchUp() bool {
-	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-	defer cancel()
-	if n.meta.IsLeader() {
-		return n.meta.Barrier(ctx) == nil
-	}
-	id, _ := n.meta.Leader()
-	info, ok := n.catalog.Node(id)
-	if id == "" || !ok {
-		return false
-	}
-	ans, err := n.ask(info.ClientAddr, &transport.ClusterStatus{RequestID: 1})
-	res, _ := ans.(*transport.ClusterStatusResult)
-	if err != nil || res == nil || res.Status.Node != res.Status.MetaLeader || res.Status.MetaIndex == 0 {
-		return false
-	}
-	for {
-		changed := n.catalog.Watch()
-		if n.catalog.Applied() >= res.Status.MetaIndex {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// replicasOf returns the server ids of a partition's replicas from the
+// replicasOf returns the member ids of a partition's replicas from the
 // catalog, nil if the stream is gone.
-func (n *Node) replicasOf(partition string) []string {
-	pn, err := geofabric.ParsePartition(partition)
-	if err != nil {
-		return nil
-	}
-	s, ok := n.catalog.Stream(pn.Stream.String())
-	if !ok {
-		return nil
-	}
-	return s.Members(pn.Number())
-}
+func (n *Node) replicasOf(partition string) []string { return n.control.Members(partition) }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
 // leads match its replicas (member ids), in the order meta.MemberChanges
@@ -886,9 +810,9 @@ func (n *Node) nodeState(id string) string {
 		return "alive"
 	}
 	if n.gossip != nil {
-		for _, m := range n.gossip.members() {
+		for _, m := range n.gossip.Members() {
 			if m.ID == id {
-				return m.State
+				return m.State.String()
 			}
 		}
 	}
@@ -1063,12 +987,20 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	for _, lp := range parts {
 		groups = append(groups, lp.group)
 	}
-	if n.meta != nil {
-		groups = append(groups, n.meta)
-	}
 	// Hand-overs run in parallel, each bounded: when the whole cluster
 	// stops at once the peers may be leaving too.
 	var wg sync.WaitGroup
+	if n.control != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gctx, cancel := context.WithTimeout(ctx, transferTimeout)
+			defer cancel()
+			if err := n.control.HandOver(gctx); err != nil {
+				n.logger.Warn("leadership transfer failed", "group", meta.GroupID, "err", err)
+			}
+		}()
+	}
 	for _, g := range groups {
 		if !g.IsLeader() {
 			continue
@@ -1121,6 +1053,9 @@ func (n *Node) Close() error {
 		s.close()
 	}
 	n.wg.Wait()
+	if n.rpc != nil {
+		n.rpc.Close() // no more calls from other nodes
+	}
 	n.mu.Lock()
 	parts := n.partitions
 	n.partitions = map[string]*localPartition{}
@@ -1134,8 +1069,11 @@ func (n *Node) Close() error {
 		n.closePartition(lp, false)
 	}
 	var err error
-	if n.meta != nil {
-		err = n.meta.Close()
+	if n.control != nil {
+		err = n.control.Close()
+	}
+	if n.rpcClient != nil {
+		n.rpcClient.Close()
 	}
 	if n.gossip != nil {
 		if gerr := n.gossip.close(); err == nil {

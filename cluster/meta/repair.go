@@ -48,6 +48,7 @@ func LiveNodes(members []cluster.Member, self string) []string {
 type Repair struct {
 	Stream    string
 	Partition int
+	Name      string   // the partition's name
 	Placement []string // its replicas' nodes
 	Members   []string // its replicas' member ids, as Placement
 	Leaving   []string // the dead nodes among Placement, in its order
@@ -62,11 +63,18 @@ func (r Repair) Key() string { return fmt.Sprintf("%s/%d", r.Stream, r.Partition
 // cannot change: moving replicas would not bring them back and would hand
 // their place to empty copies. A replica counts as live when its node is
 // in live and not dead; a node down for less than the replacement delay
-// is neither.
+// is neither. A stream whose name does not parse is left out.
 func FindRepairs(streams []Stream, dead map[string]bool, live []string) (repairs, lost []Repair) {
 	for _, s := range streams {
+		names, err := s.PartitionNames()
+		if err != nil {
+			continue
+		}
 		for i, placement := range s.Placement {
-			r := Repair{Stream: s.Name, Partition: i, Placement: placement, Members: s.Members(i)}
+			if i >= len(names) {
+				break
+			}
+			r := Repair{Stream: s.Name, Partition: i, Name: names[i], Placement: placement, Members: s.Members(i)}
 			alive := 0
 			for _, id := range placement {
 				if dead[id] {

@@ -50,7 +50,7 @@ func TestFindRepairs(t *testing.T) {
 	}, Since: [][]uint64{nil, {0, 4, 0}}}
 	dead := map[string]bool{"x": true, "y": true}
 	repairs, lost := FindRepairs([]Stream{s}, dead, []string{"a", "b", "c"})
-	want := []Repair{{Stream: s.Name, Partition: 1, Placement: []string{"a", "b", "x"}, Members: []string{"a", "b@4", "x"}, Leaving: []string{"x"}}}
+	want := []Repair{{Stream: s.Name, Partition: 1, Name: "persistent://t/f/s-partition-1", Placement: []string{"a", "b", "x"}, Members: []string{"a", "b@4", "x"}, Leaving: []string{"x"}}}
 	if !reflect.DeepEqual(repairs, want) {
 		t.Fatalf("repairs %+v, want %+v", repairs, want)
 	}
