@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/fabriq-io/fabriq/cluster/meta"
@@ -100,4 +101,40 @@ func (n *Node) metaNotLeader(id string) error {
 		return &transport.Error{Code: transport.CodeNotLeader, Message: "node " + id + " leads the metadata group", LeaderHint: info.ClientAddr}
 	}
 	return wireError(transport.CodeServiceNotReady, "the metadata group has no leader yet")
+}
+
+// legacyIndex asks the metadata leader, a node of an older version that
+// serves no node-to-node calls, how far its catalog is: ClusterStatus
+// over its client port, which it answers after a read barrier. Only
+// catching up uses it, during a rolling upgrade (meta.Config.LegacyIndex).
+func (n *Node) legacyIndex(ctx context.Context, addr string) (uint64, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	// The connection closes when ctx ends: no read outlives it.
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	conn, err := transport.NewConn(nc, transport.DefaultConfig())
+	if err != nil {
+		nc.Close()
+		return 0, err
+	}
+	defer conn.Close()
+	if _, err := transport.Handshake(ctx, conn, &transport.Connect{ClientName: "fabriqd " + n.cfg.NodeID}); err != nil {
+		return 0, err
+	}
+	if err := conn.Send(ctx, &transport.ClusterStatus{RequestID: 1}); err != nil {
+		return 0, err
+	}
+	cmd, err := conn.Receive()
+	if err != nil {
+		return 0, err
+	}
+	res, ok := cmd.(*transport.ClusterStatusResult)
+	if !ok || res.Status.Node != res.Status.MetaLeader {
+		return 0, fmt.Errorf("broker: %s answered %T, not the metadata leader's status", addr, cmd)
+	}
+	return res.Status.MetaIndex, nil
 }

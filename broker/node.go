@@ -174,6 +174,9 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("broker: gossip: %w", err)
 		}
 		n.gossip = g
+		// Headers naming a member, and node-to-node calls, go to the
+		// nodes that advertise them: in a rolling upgrade some do not.
+		n.mux.SetProtocols(g.m.ProtocolOf)
 	}
 	if err := n.startControl(ctx); err != nil {
 		n.Close()
@@ -221,6 +224,8 @@ func (n *Node) startControl(ctx context.Context) error {
 		Host:             host{n},
 		RPC:              n.rpc,
 		Client:           n.rpcClient,
+		Protocol:         n.mux.Protocol,
+		LegacyIndex:      n.legacyIndex,
 		Logger:           n.logger,
 	}
 	if n.gossip != nil {

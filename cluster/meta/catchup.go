@@ -2,7 +2,10 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/fabriq-io/fabriq/cluster"
 )
 
 // catchUpLoop waits until the catalog has applied every metadata entry
@@ -35,17 +38,13 @@ func (s *Service) catchUp() bool {
 	if s.group.IsLeader() {
 		return s.group.Barrier(ctx) == nil
 	}
-	leader := s.Leader()
-	if leader == "" {
-		return false
-	}
-	var ans indexAnswer
-	if err := s.call(ctx, leader, methodIndex, &none{}, &ans); err != nil || ans.Index == 0 {
+	index, err := s.leaderIndex(ctx)
+	if err != nil || index == 0 {
 		return false
 	}
 	for {
 		changed := s.catalog.Watch()
-		if s.catalog.Applied() >= ans.Index {
+		if s.catalog.Applied() >= index {
 			return true
 		}
 		select {
@@ -54,4 +53,21 @@ func (s *Service) catchUp() bool {
 			return false
 		}
 	}
+}
+
+// leaderIndex asks the metadata leader how far its catalog is, once it
+// has applied everything committed: over the Raft port's RPC, or over the
+// client port when the leader runs an older version (LegacyIndex).
+func (s *Service) leaderIndex(ctx context.Context) (uint64, error) {
+	leader := s.Leader()
+	info, ok := s.catalog.Node(leader)
+	if leader == "" || !ok {
+		return 0, errors.New("meta: no metadata leader known")
+	}
+	if s.cfg.Protocol(info.RaftAddr) == cluster.ProtocolGroups && s.cfg.LegacyIndex != nil {
+		return s.cfg.LegacyIndex(ctx, info.ClientAddr)
+	}
+	var ans indexAnswer
+	err := s.call(ctx, leader, methodIndex, &none{}, &ans)
+	return ans.Index, err
 }

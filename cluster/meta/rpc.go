@@ -118,12 +118,19 @@ func (s *Service) register(srv *cluster.RPCServer) {
 	})
 }
 
+// errOlderNode is call's answer for a node of an older version, which
+// serves no node-to-node calls.
+var errOlderNode = errors.New("meta: the node runs an older version, without node-to-node calls")
+
 // call calls a method of node, at its Raft address as the catalog knows
 // it; an answered error comes back as its sentinel.
 func (s *Service) call(ctx context.Context, node, method string, req, resp any) error {
 	info, ok := s.catalog.Node(node)
 	if !ok {
 		return fmt.Errorf("meta: node %s is not registered", node)
+	}
+	if s.cfg.Protocol(info.RaftAddr) == cluster.ProtocolGroups {
+		return fmt.Errorf("%w: %s", errOlderNode, node)
 	}
 	return fromRPC(s.cfg.Client.Call(ctx, info.RaftAddr, method, req, resp))
 }

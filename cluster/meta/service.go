@@ -96,6 +96,16 @@ type Config struct {
 	// methods before it starts; Client calls other nodes'. Required.
 	RPC    *cluster.RPCServer
 	Client *cluster.RPCClient
+	// Protocol tells what the node at a Raft address speaks
+	// (cluster.Mux.Protocol); nil: every node speaks
+	// cluster.RaftProtocol. Nodes of older versions (ProtocolGroups)
+	// serve no node-to-node calls: none is made to them.
+	Protocol func(raftAddr string) int
+	// LegacyIndex asks a node of an older version, over its client port,
+	// how far the metadata leader's catalog is. Catching up uses it while
+	// the metadata leader runs an older version, in a rolling upgrade;
+	// nil waits for a leader of this version.
+	LegacyIndex func(ctx context.Context, clientAddr string) (uint64, error)
 	// Logger receives the control plane's logs. Nil discards.
 	Logger *slog.Logger
 }
@@ -121,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Protocol == nil {
+		c.Protocol = func(string) int { return cluster.RaftProtocol }
 	}
 	return c
 }

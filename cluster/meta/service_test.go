@@ -121,7 +121,7 @@ func listen(t *testing.T) net.Listener {
 // startServices starts a control plane on each listener, node-0, node-1,
 // ...; gossip lists them all alive, and they bootstrap the metadata group
 // together.
-func startServices(t *testing.T, lns []net.Listener) ([]*testService, *fakeGossip) {
+func startServices(t *testing.T, lns []net.Listener, mod ...func(*Config)) ([]*testService, *fakeGossip) {
 	t.Helper()
 	var members []cluster.Member
 	for i, ln := range lns {
@@ -132,12 +132,12 @@ func startServices(t *testing.T, lns []net.Listener) ([]*testService, *fakeGossi
 	root := t.TempDir()
 	var out []*testService
 	for i, ln := range lns {
-		out = append(out, startService(t, ln, members[i].ID, filepath.Join(root, members[i].ID), len(lns), g))
+		out = append(out, startService(t, ln, members[i].ID, filepath.Join(root, members[i].ID), len(lns), g, mod...))
 	}
 	return out, g
 }
 
-func startService(t *testing.T, ln net.Listener, id, dir string, expect int, g *fakeGossip) *testService {
+func startService(t *testing.T, ln net.Listener, id, dir string, expect int, g *fakeGossip, mod ...func(*Config)) *testService {
 	t.Helper()
 	mux := cluster.NewMux(ln, nil)
 	if err := mux.Start(); err != nil {
@@ -150,11 +150,15 @@ func startService(t *testing.T, ln net.Listener, id, dir string, expect int, g *
 	host := &fakeHost{node: id}
 	gcfg := cluster.GroupConfig{Dir: dir, NodeID: id, Mux: mux, HeartbeatTimeout: 150 * time.Millisecond,
 		LeaderLeaseTimeout: 150 * time.Millisecond, CommitTimeout: 5 * time.Millisecond}
-	svc, err := New(Config{
+	cfg := Config{
 		Self:  Node{ID: id, ClientAddr: ln.Addr().String(), RaftAddr: ln.Addr().String()},
 		Group: gcfg, BootstrapExpect: expect, ReplaceDeadAfter: time.Minute, BalanceInterval: time.Hour,
 		Gossip: g, Host: host, RPC: srv, Client: client,
-	})
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	svc, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,5 +327,55 @@ func TestServiceReplacesDeadNode(t *testing.T) {
 	st, _ = leaderOf(t, live).Catalog().Stream("persistent://t/f/s")
 	if m := st.Members(0); st.SinceOf(0, 2) == 0 || m[2] != fmt.Sprintf("node-3@%d", st.SinceOf(0, 2)) {
 		t.Fatalf("members %v", m)
+	}
+}
+
+// In a rolling upgrade, a node whose metadata leader runs an older
+// version (no node-to-node calls) catches up through the leader's client
+// port, and asks it nothing else.
+func TestServiceCatchesUpFromAnOlderLeader(t *testing.T) {
+	var mu sync.Mutex
+	var svcs []*testService
+	legacyCalls := 0
+	older := func(c *Config) {
+		c.Protocol = func(string) int { return cluster.ProtocolGroups }
+		c.LegacyIndex = func(ctx context.Context, clientAddr string) (uint64, error) {
+			mu.Lock()
+			legacyCalls++
+			all := svcs
+			mu.Unlock()
+			for _, s := range all {
+				if s.addr == clientAddr && s.IsLeader() {
+					return s.Index(ctx)
+				}
+			}
+			return 0, errors.New("not the leader")
+		}
+	}
+	started, _ := startServices(t, []net.Listener{listen(t), listen(t)}, older)
+	mu.Lock()
+	svcs = started
+	mu.Unlock()
+	for _, s := range started {
+		eventually(t, s.cfg.Self.ID+"'s catalog to catch up", s.Current)
+	}
+	mu.Lock()
+	n := legacyCalls
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("the follower caught up without asking the leader's client port")
+	}
+	leader := leaderOf(t, started)
+	follower := started[0]
+	if follower == leader {
+		follower = started[1]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := follower.WaitRegistered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.AskRenewal(ctx, "persistent://t/f/s", follower.cfg.Self.ID); !errors.Is(err, errOlderNode) {
+		t.Fatalf("a renewal asked of an older leader: %v", err)
 	}
 }
