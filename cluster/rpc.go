@@ -63,9 +63,9 @@ const (
 // people; Hint carries what the code needs (a service's choice, such as
 // the id of the node to ask instead).
 type RPCError struct {
-	Code    string `msgpack:"c"`
-	Message string `msgpack:"m,omitempty"`
-	Hint    string `msgpack:"h,omitempty"`
+	Code    string `msgpack:"c"`           // for the caller's logic
+	Message string `msgpack:"m,omitempty"` // for people
+	Hint    string `msgpack:"h,omitempty"` // what the code needs, if anything
 }
 
 func (e *RPCError) Error() string {

@@ -9,10 +9,10 @@ import (
 
 // StreamSpec is what CreateStream creates.
 type StreamSpec struct {
-	Name       string // a full stream name, persistent://TENANT/FABRIC/STREAM
-	Partitions int    // 0 is 1
-	Replicas   int    // 0 is 1
-	Retention  Retention
+	Name       string    // a full stream name, persistent://TENANT/FABRIC/STREAM
+	Partitions int       // 0 is 1
+	Replicas   int       // 0 is 1
+	Retention  Retention // the retention policy
 }
 
 // CreateStream places a new stream's partitions on the registered nodes

@@ -41,50 +41,50 @@ func (t Type) String() string {
 // RegisterNode records a node's addresses and region, replacing what the
 // catalog had of it.
 type RegisterNode struct {
-	ID         string `msgpack:"id"`
-	ClientAddr string `msgpack:"c"`
-	RaftAddr   string `msgpack:"r"`
-	Region     string `msgpack:"g,omitempty"`
+	ID         string `msgpack:"id"`          // the node id
+	ClientAddr string `msgpack:"c"`           // host:port of its client port
+	RaftAddr   string `msgpack:"r"`           // host:port of its Raft port
+	Region     string `msgpack:"g,omitempty"` // its region, for placement
 }
 
 // CreateStream creates a stream with the placement of its partitions'
 // replicas, unless a stream of that name exists. Entries written by older
 // versions also carry "e" and "in" (always empty), which nothing reads.
 type CreateStream struct {
-	Name       string     `msgpack:"n"`
-	Partitions int        `msgpack:"p"`
-	Replicas   int        `msgpack:"r"`
-	Placement  [][]string `msgpack:"pl"`
-	Retention  Retention  `msgpack:"rt"`
+	Name       string     `msgpack:"n"`  // the full stream name
+	Partitions int        `msgpack:"p"`  // how many partitions
+	Replicas   int        `msgpack:"r"`  // the replication factor
+	Placement  [][]string `msgpack:"pl"` // per partition, its replicas' nodes
+	Retention  Retention  `msgpack:"rt"` // the retention policy
 }
 
 // DeleteStream deletes a stream.
 type DeleteStream struct {
-	Name string `msgpack:"n"`
+	Name string `msgpack:"n"` // the full stream name
 }
 
 // ReplaceReplica moves one replica of a partition from node Old to node
 // New.
 type ReplaceReplica struct {
-	Stream    string `msgpack:"s"`
-	Partition int    `msgpack:"p"`
-	Old       string `msgpack:"o"`
-	New       string `msgpack:"n"`
+	Stream    string `msgpack:"s"` // the full stream name
+	Partition int    `msgpack:"p"` // the partition's number
+	Old       string `msgpack:"o"` // the node that loses the replica
+	New       string `msgpack:"n"` // the node that gets it
 }
 
 // RenewReplica places a new member of a partition's group on the node of
 // Member, whose copy is damaged: the node keeps its place and starts from
 // an empty copy under a new member id.
 type RenewReplica struct {
-	Stream    string `msgpack:"s"`
-	Partition int    `msgpack:"p"`
-	Member    string `msgpack:"m"`
+	Stream    string `msgpack:"s"` // the full stream name
+	Partition int    `msgpack:"p"` // the partition's number
+	Member    string `msgpack:"m"` // the member id renewed
 }
 
 // SetRetention replaces a stream's retention policy.
 type SetRetention struct {
-	Stream    string    `msgpack:"s"`
-	Retention Retention `msgpack:"rt"`
+	Stream    string    `msgpack:"s"`  // the full stream name
+	Retention Retention `msgpack:"rt"` // the new policy
 }
 
 // Entry is the body of a metadata entry: one of the entry structs above.

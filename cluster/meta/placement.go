@@ -70,7 +70,7 @@ func Load(streams []Stream) map[string]int {
 
 // LeaderMove is a leadership hand-over that evens out leader counts.
 type LeaderMove struct {
-	Partition string
+	Partition string // the partition's name
 	To        string // a node id
 }
 

@@ -54,7 +54,7 @@ func Assignments(streams []Stream, node string) (placed map[string]Assignment, b
 
 // Drop is a copy to close.
 type Drop struct {
-	Partition string
+	Partition string // the partition's name
 	// Remove says its data goes too: its stream is deleted.
 	Remove bool
 	// Retired says the copy is one of the retired ones.
@@ -136,7 +136,7 @@ func appendIf(s []string, v string, ok bool) []string {
 
 // MemberChange is one change a partition's leader makes to its group.
 type MemberChange struct {
-	Remove bool
+	Remove bool   // a removal, or else an addition as a voter
 	ID     string // the member id
 	Addr   string // its node's Raft address, for an addition
 }

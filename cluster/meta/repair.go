@@ -46,8 +46,8 @@ func LiveNodes(members []cluster.Member, self string) []string {
 
 // Repair is a partition with replicas on dead nodes.
 type Repair struct {
-	Stream    string
-	Partition int
+	Stream    string   // the full stream name
+	Partition int      // the partition's number
 	Name      string   // the partition's name
 	Placement []string // its replicas' nodes
 	Members   []string // its replicas' member ids, as Placement
@@ -189,8 +189,8 @@ func Registrations(want []Node, catalog func(id string) (Node, bool)) []Node {
 // MetaChange adds a node to the metadata group, or gives it a new
 // address.
 type MetaChange struct {
-	ID, Addr string
-	Voter    bool
+	ID, Addr string // the node id and its Raft address
+	Voter    bool   // a voter, or else a non-voter
 }
 
 // MetaChanges returns the changes that bring the live nodes (want) into

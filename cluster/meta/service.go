@@ -94,8 +94,8 @@ type Config struct {
 	Host Host
 	// RPC is the node's RPC server, on which the Service registers its
 	// methods before it starts; Client calls other nodes'. Required.
-	RPC    *cluster.RPCServer
-	Client *cluster.RPCClient
+	RPC    *cluster.RPCServer // where its methods are served
+	Client *cluster.RPCClient // how it calls other nodes
 	// Protocol tells what the node at a Raft address speaks
 	// (cluster.Mux.Protocol); nil: every node speaks
 	// cluster.RaftProtocol. Nodes of older versions (ProtocolGroups)

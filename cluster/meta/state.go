@@ -10,10 +10,10 @@ import (
 
 // Node is a node as the metadata group knows it.
 type Node struct {
-	ID         string `msgpack:"id"`
-	ClientAddr string `msgpack:"c"`
-	RaftAddr   string `msgpack:"r"`
-	Region     string `msgpack:"g,omitempty"`
+	ID         string `msgpack:"id"`          // the node id, its name in gossip
+	ClientAddr string `msgpack:"c"`           // host:port of its client port
+	RaftAddr   string `msgpack:"r"`           // host:port of its Raft port
+	Region     string `msgpack:"g,omitempty"` // its region, for placement
 }
 
 // QuotaPolicy is what a partition does when a subscription's backlog
@@ -24,11 +24,11 @@ type QuotaPolicy uint8
 // partition leaders apply it. Its fields mean what transport's
 // RetentionPolicy fields of the same names mean.
 type Retention struct {
-	TimeMs             int64       `msgpack:"rt,omitempty"`
-	Bytes              int64       `msgpack:"rb,omitempty"`
-	BacklogQuotaBytes  int64       `msgpack:"bq,omitempty"`
-	BacklogQuotaPolicy QuotaPolicy `msgpack:"bp,omitempty"`
-	MessageTTLMs       int64       `msgpack:"ttl,omitempty"`
+	TimeMs             int64       `msgpack:"rt,omitempty"`  // RetentionTimeMs
+	Bytes              int64       `msgpack:"rb,omitempty"`  // RetentionBytes
+	BacklogQuotaBytes  int64       `msgpack:"bq,omitempty"`  // BacklogQuotaBytes
+	BacklogQuotaPolicy QuotaPolicy `msgpack:"bp,omitempty"`  // BacklogQuotaPolicy
+	MessageTTLMs       int64       `msgpack:"ttl,omitempty"` // MessageTTLMs
 }
 
 // Stream is a stream's definition and the placement of its partitions'
@@ -38,9 +38,9 @@ type Stream struct {
 	// Epoch is the Raft index of the entry that created the stream: a
 	// stream deleted and created again under its name has a higher one.
 	Epoch      uint64 `msgpack:"e"`
-	Name       string `msgpack:"n"`
-	Partitions int    `msgpack:"p"`
-	Replicas   int    `msgpack:"r"`
+	Name       string `msgpack:"n"` // the full stream name
+	Partitions int    `msgpack:"p"` // how many partitions
+	Replicas   int    `msgpack:"r"` // the replication factor
 	// Placement[i] lists the node ids of partition i's replicas.
 	Placement [][]string `msgpack:"pl"`
 	// Initial is the placement the stream was created with: those
