@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -17,14 +18,14 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	if err != nil {
 		return nil, wireError(transport.CodeInvalidName, "%v", err)
 	}
-	if _, ok := n.catalog.stream(p.Stream.String()); !ok {
+	if _, ok := n.catalog.Stream(p.Stream.String()); !ok {
 		return nil, n.streamNotFound("stream %s does not exist", p.Stream)
 	}
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
 		return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
 	}
 	if id, _ := n.leaderOf(name); id != "" && id != n.cfg.NodeID {
-		if info, ok := n.catalog.node(id); ok {
+		if info, ok := n.catalog.Node(id); ok {
 			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
 		}
 	}
@@ -45,17 +46,6 @@ func (n *Node) streamNotFound(format string, args ...any) error {
 	return wireError(transport.CodeStreamNotFound, format, args...)
 }
 
-// metaNotLeader is the answer of a node that does not lead the metadata
-// group to a request that changes it: NotLeader with the leader's client
-// address, or ServiceNotReady while there is none.
-func (n *Node) metaNotLeader() error {
-	id, _ := n.meta.Leader()
-	if info, ok := n.catalog.node(id); ok && id != "" {
-		return &transport.Error{Code: transport.CodeNotLeader, Message: "node " + id + " leads the metadata group", LeaderHint: info.ClientAddr}
-	}
-	return wireError(transport.CodeServiceNotReady, "the metadata group has no leader yet")
-}
-
 // notHere is the answer for a partition this node does not run: a hint to
 // a node that does.
 func (n *Node) notHere(name string) error {
@@ -63,16 +53,16 @@ func (n *Node) notHere(name string) error {
 	if err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
 	}
-	meta, ok := n.catalog.stream(p.Stream.String())
+	sm, ok := n.catalog.Stream(p.Stream.String())
 	if !ok {
 		return n.streamNotFound("stream %s does not exist", p.Stream)
 	}
 	i := p.Number()
-	if (p.Index < 0) != (meta.Partitions == 1) || i >= meta.Partitions {
+	if (p.Index < 0) != (sm.Partitions == 1) || i >= sm.Partitions {
 		return n.streamNotFound("stream %s has no partition %s", p.Stream, name)
 	}
-	for _, id := range meta.Placement[i] {
-		if info, ok := n.catalog.node(id); ok {
+	for _, id := range sm.Placement[i] {
+		if info, ok := n.catalog.Node(id); ok {
 			return &transport.Error{Code: transport.CodeNotLeader, Message: "partition " + name + " is not on node " + n.cfg.NodeID, LeaderHint: info.ClientAddr}
 		}
 	}
@@ -81,16 +71,16 @@ func (n *Node) notHere(name string) error {
 
 // stream parses a stream name and finds it in the catalog, or returns the
 // error to answer.
-func (n *Node) stream(name string) (geofabric.Stream, streamMeta, error) {
+func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
-		return st, streamMeta{}, wireError(transport.CodeInvalidName, "%v", err)
+		return st, meta.Stream{}, wireError(transport.CodeInvalidName, "%v", err)
 	}
-	meta, ok := n.catalog.stream(st.String())
+	sm, ok := n.catalog.Stream(st.String())
 	if !ok {
-		return st, meta, n.streamNotFound("stream %s does not exist", st)
+		return st, sm, n.streamNotFound("stream %s does not exist", st)
 	}
-	return st, meta, nil
+	return st, sm, nil
 }
 
 func (s *session) createStream(c *transport.CreateStream) {
@@ -114,48 +104,18 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	if err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
 	}
-	if !n.meta.IsLeader() {
-		return n.metaNotLeader()
-	}
-	if partitions == 0 {
-		partitions = 1
-	}
-	if replicas == 0 {
-		replicas = 1
-	}
-	if err := geofabric.ValidatePartitions(partitions); err != nil {
-		return wireError(transport.CodeInvalidArgument, "%v", err)
+	if !n.control.IsLeader() {
+		return n.metaNotLeader(n.control.Leader())
 	}
 	if err := validRetention(retention); err != nil {
 		return wireError(transport.CodeInvalidArgument, "%v", err)
 	}
-	if _, ok := n.catalog.stream(st.String()); ok {
-		return wireError(transport.CodeStreamExists, "stream %s exists", st)
-	}
-	load := map[string]int{}
-	for _, s := range n.catalog.streams() {
-		for _, p := range s.Placement {
-			for _, id := range p {
-				load[id]++
-			}
-		}
-	}
-	placement, err := place(n.catalog.nodes(), load, partitions, replicas)
+	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas, Retention: retentionFromWire(retention)}
+	placement, err := n.control.CreateStream(ctx, spec)
 	if err != nil {
-		return err
+		return n.metaError(err)
 	}
-	data, err := encodeEntry(metaCreateStream, streamMeta{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: retention})
-	if err != nil {
-		return err
-	}
-	res, err := n.meta.Apply(ctx, data)
-	if err != nil {
-		return wireError(transport.CodeServiceNotReady, "metadata: %v", err)
-	}
-	if created, _ := res.(bool); !created {
-		return wireError(transport.CodeStreamExists, "stream %s exists", st)
-	}
-	for i, p := range st.Partitions(partitions) {
+	for i, p := range st.Partitions(len(placement)) {
 		if slices.Contains(placement[i], n.cfg.NodeID) {
 			if _, err := n.waitPartition(ctx, p.String()); err != nil {
 				return err
@@ -166,32 +126,25 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 }
 
 func (s *session) deleteStream(c *transport.DeleteStream) {
-	st, meta, err := s.n.stream(c.Stream)
+	st, sm, err := s.n.stream(c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	if !s.n.meta.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader())
+	if !s.n.control.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
 		return
 	}
 	if !c.Force {
-		for _, p := range st.Partitions(meta.Partitions) {
+		for _, p := range st.Partitions(sm.Partitions) {
 			if lp, ok := s.n.partition(p.String()); ok && lp.attached() {
 				s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
 				return
 			}
 		}
 	}
-	data, err := encodeEntry(metaDeleteStream, deleteStreamEntry{Name: st.String()})
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
-	defer cancel()
-	if _, err := s.n.meta.Apply(ctx, data); err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
+	if err := s.n.control.DeleteStream(s.ctx, st.String()); err != nil {
+		s.replyErr(c.RequestID, s.n.metaError(err))
 		return
 	}
 	s.reply(&transport.Success{RequestID: c.RequestID})
@@ -207,24 +160,12 @@ func (s *session) setRetention(c *transport.SetRetention) {
 		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "%v", err))
 		return
 	}
-	if !s.n.meta.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader())
+	if !s.n.control.IsLeader() {
+		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
 		return
 	}
-	data, err := encodeEntry(metaSetRetention, setRetentionEntry{Stream: st.String(), Retention: c.Retention})
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
-	defer cancel()
-	res, err := s.n.meta.Apply(ctx, data)
-	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeServiceNotReady, "metadata: %v", err))
-		return
-	}
-	if ok, _ := res.(bool); !ok {
-		s.replyErr(c.RequestID, wireError(transport.CodeStreamNotFound, "stream %s does not exist", st))
+	if err := s.n.control.SetRetention(context.Background(), st.String(), retentionFromWire(c.Retention)); err != nil {
+		s.replyErr(c.RequestID, s.n.metaError(err))
 		return
 	}
 	s.reply(&transport.Success{RequestID: c.RequestID})
@@ -237,7 +178,7 @@ func (s *session) listStreams(c *transport.ListStreams) {
 		return
 	}
 	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
-	for _, m := range s.n.catalog.streams() {
+	for _, m := range s.n.catalog.Streams() {
 		st, err := geofabric.ParseStream(m.Name)
 		if err == nil && st.Tenant == tenant && st.Fabric == fabric {
 			res.Streams = append(res.Streams, m.Name)
@@ -247,17 +188,17 @@ func (s *session) listStreams(c *transport.ListStreams) {
 }
 
 func (s *session) describeStream(c *transport.DescribeStream) {
-	st, meta, err := s.n.stream(c.Stream)
+	st, sm, err := s.n.stream(c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	info := transport.StreamInfo{Stream: meta.Name, Replicas: int32(meta.Replicas), Retention: meta.Retention}
-	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= meta.Partitions) {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", meta.Name, meta.Partitions-1, *c.Partition))
+	info := transport.StreamInfo{Stream: sm.Name, Replicas: int32(sm.Replicas), Retention: retentionToWire(sm.Retention)}
+	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= sm.Partitions) {
+		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *c.Partition))
 		return
 	}
-	for i, p := range st.Partitions(meta.Partitions) {
+	for i, p := range st.Partitions(sm.Partitions) {
 		if c.Partition != nil {
 			if int(*c.Partition) != i {
 				continue
@@ -267,10 +208,10 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 				return
 			}
 		}
-		pi := transport.PartitionInfo{Partition: int32(i), Replicas: meta.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
+		pi := transport.PartitionInfo{Partition: int32(i), Replicas: sm.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
 		if lp, ok := s.n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
-			pi.Leader = nodeOfReplica(id)
+			pi.Leader = meta.NodeOf(id)
 			// The replicated start, not this copy's own: every replica
 			// answers the same.
 			pi.StartOffset, pi.NextOffset = lp.fsm.StartOffset(), lp.fsm.NextOffset()
@@ -287,17 +228,6 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		info.Partitions = append(info.Partitions, pi)
 	}
 	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
-}
-
-// committedConfig returns the members of a local copy's Raft
-// configuration when that configuration is committed as the copy knows
-// it and no change is in flight, nil otherwise.
-func (n *Node) committedConfig(lp *localPartition) []string {
-	st := lp.group.ConfigStatus()
-	if !st.Known || st.Pending {
-		return nil
-	}
-	return st.Committed.IDs()
 }
 
 // describeSubscriptions reports each subscription's mode, backlog and
@@ -337,24 +267,18 @@ func (s *session) clusterStatus(c *transport.ClusterStatus) {
 // committed entries they have yet to apply.
 func (n *Node) status() transport.ClusterInfo {
 	info := transport.ClusterInfo{Node: n.cfg.NodeID, Nodes: []transport.NodeStatus{}, Partitions: []transport.PartitionStatus{}}
-	info.MetaLeader, _ = n.meta.Leader()
-	if n.meta.IsLeader() {
-		// Everything committed is applied before the index is told: a
-		// restarting node waits for its catalog to reach it.
-		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-		if n.meta.Barrier(ctx) == nil {
-			info.MetaIndex = n.catalog.applied.Load()
-		}
-		cancel()
-	} else {
-		info.MetaIndex = n.catalog.applied.Load()
-	}
-	for _, nd := range n.catalog.nodes() {
+	info.MetaLeader = n.control.Leader()
+	// On the leader everything committed is applied before the index is
+	// told: a restarting node waits for its catalog to reach it.
+	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+	info.MetaIndex, _ = n.control.Index(ctx)
+	cancel()
+	for _, nd := range n.catalog.Nodes() {
 		info.Nodes = append(info.Nodes, transport.NodeStatus{
 			ID: nd.ID, State: n.nodeState(nd.ID), Region: nd.Region, ClientAddr: nd.ClientAddr, RaftAddr: nd.RaftAddr,
 		})
 	}
-	for _, s := range n.catalog.streams() {
+	for _, s := range n.catalog.Streams() {
 		st, err := geofabric.ParseStream(s.Name)
 		if err != nil {
 			continue
@@ -374,4 +298,21 @@ func (n *Node) status() transport.ClusterInfo {
 		}
 	}
 	return info
+}
+
+// retentionFromWire is a retention policy as the catalog keeps it.
+func retentionFromWire(p transport.RetentionPolicy) meta.Retention {
+	return meta.Retention{
+		TimeMs: p.RetentionTimeMs, Bytes: p.RetentionBytes, BacklogQuotaBytes: p.BacklogQuotaBytes,
+		BacklogQuotaPolicy: meta.QuotaPolicy(p.BacklogQuotaPolicy), MessageTTLMs: p.MessageTTLMs,
+	}
+}
+
+// retentionToWire is a catalog's retention policy as clients and
+// partitions read it.
+func retentionToWire(r meta.Retention) transport.RetentionPolicy {
+	return transport.RetentionPolicy{
+		RetentionTimeMs: r.TimeMs, RetentionBytes: r.Bytes, BacklogQuotaBytes: r.BacklogQuotaBytes,
+		BacklogQuotaPolicy: transport.BacklogQuotaPolicy(r.BacklogQuotaPolicy), MessageTTLMs: r.MessageTTLMs,
+	}
 }

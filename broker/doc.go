@@ -19,6 +19,12 @@
 // partition on the node, once, and catches up from Raft when restarted
 // with space.
 //
-// The package sits above storage, subscription, transport, geofabric and
-// cluster, and below cmd/fabriqd.
+// The control plane — the metadata group and its catalog, placement and
+// repair, bootstrap and the metadata leader's loops — is cluster/meta's.
+// The node starts a meta.Service, runs what it places on the node as the
+// member it says, and implements meta.Host for what only the node can do
+// with its partition copies.
+//
+// The package sits above storage, subscription, transport, geofabric,
+// cluster and cluster/meta, and below cmd/fabriqd.
 package broker

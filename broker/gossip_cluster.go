@@ -41,20 +41,11 @@ func startGossip(cfg cluster.MembershipConfig, epoch func(string) uint64) (*clus
 	return g, nil
 }
 
-func (g *clusterGossip) members() []member {
-	ms := g.m.Members()
-	out := make([]member, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, member{
-			nodeInfo: nodeInfo{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, Region: m.Region},
-			State:    m.State.String(),
-			Since:    m.Since,
-		})
-	}
-	return out
-}
+// Members implements gossip.
+func (g *clusterGossip) Members() []cluster.Member { return g.m.Members() }
 
-func (g *clusterGossip) changed() <-chan struct{} { return g.notify }
+// Changed implements gossip.
+func (g *clusterGossip) Changed() <-chan struct{} { return g.notify }
 
 func (g *clusterGossip) announce(partition, leader string, term uint64) {
 	g.m.Routes().Announce(partition, cluster.Route{LeaderID: leader, Epoch: g.epoch(partition), Term: term})

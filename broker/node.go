@@ -18,13 +18,11 @@ import (
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
 )
-
-// metaGroupID names the metadata Raft group on the node's Raft listener.
-const metaGroupID = "_meta"
 
 // Node is a running fabriq node: the metadata group's replica, the
 // partitions placed on the node, and the client listener.
@@ -35,8 +33,15 @@ type Node struct {
 	raftLn   net.Listener
 	clientLn net.Listener
 	mux      *cluster.Mux
-	meta     *cluster.Group
-	catalog  *catalog
+	// control is the node's control plane: its replica of the metadata
+	// group, the catalog it reads (catalog), and the loops that place and
+	// repair partitions.
+	control *meta.Service
+	catalog *meta.Catalog
+	// rpc answers other nodes' calls on the Raft port; rpcClient makes
+	// this node's.
+	rpc       *cluster.RPCServer
+	rpcClient *cluster.RPCClient
 
 	// gossip is nil when the node runs without membership (no GossipAddr).
 	gossip gossip
@@ -44,14 +49,9 @@ type Node struct {
 	disk *diskReserve
 
 	reconcileCh chan struct{}
-	// majorityLost remembers the partitions already reported as beyond
-	// automatic repair (the metadata leader's loop only).
-	majorityLost map[string]bool
 	// renewing holds the partitions whose damaged copy this node is
 	// asking the metadata leader to replace (askRenewal).
 	renewing map[string]bool
-	// caughtUp latches once the catalog has caught up (catalogCurrent).
-	caughtUp atomic.Bool
 	stop     chan struct{}
 	// ctx ends when the node closes.
 	ctx    context.Context
@@ -111,23 +111,22 @@ func NewNode(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Node{
-		ctx:          ctx,
-		cancel:       cancel,
-		cfg:          cfg,
-		logger:       cfg.Logger.With("node", cfg.NodeID),
-		reconcileCh:  make(chan struct{}, 1),
-		majorityLost: map[string]bool{},
-		renewing:     map[string]bool{},
-		stop:         make(chan struct{}),
-		partitions:   map[string]*localPartition{},
-		retired:      map[string]*localPartition{},
-		sessions:     map[*session]struct{}{},
-		perAddr:      map[string]int{},
-		refusals:     make(chan struct{}, maxRefusals),
-		halted:       map[string]*haltedCopy{},
-		haltWait:     map[string]time.Duration{},
-		changed:      make(chan struct{}),
-		disk:         newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
+		ctx:         ctx,
+		cancel:      cancel,
+		cfg:         cfg,
+		logger:      cfg.Logger.With("node", cfg.NodeID),
+		reconcileCh: make(chan struct{}, 1),
+		renewing:    map[string]bool{},
+		stop:        make(chan struct{}),
+		partitions:  map[string]*localPartition{},
+		retired:     map[string]*localPartition{},
+		sessions:    map[*session]struct{}{},
+		perAddr:     map[string]int{},
+		refusals:    make(chan struct{}, maxRefusals),
+		halted:      map[string]*haltedCopy{},
+		haltWait:    map[string]time.Duration{},
+		changed:     make(chan struct{}),
+		disk:        newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
 }
 
@@ -176,34 +175,18 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("broker: gossip: %w", err)
 		}
 		n.gossip = g
+		// Headers naming a member, and node-to-node calls, go to the
+		// nodes that advertise them: in a rolling upgrade some do not.
+		n.mux.SetProtocols(g.m.ProtocolOf)
 	}
-	n.catalog = newCatalog(n.requestReconcile)
-	n.meta, err = cluster.OpenGroup(n.groupConfig(metaGroupID, filepath.Join(n.cfg.DataDir, "meta"), n.catalog, nil))
-	if err != nil {
-		n.shutdownListeners()
-		return err
-	}
-	if n.cfg.BootstrapExpect == 1 {
-		if err := n.meta.Bootstrap(ctx, []cluster.Server{{ID: n.cfg.NodeID, Address: n.cfg.AdvertiseRaftAddr, Voter: true}}); err != nil {
-			n.Close()
-			return err
-		}
-	} else {
-		n.wg.Add(1)
-		go n.bootstrapLoop()
-	}
-	n.wg.Add(1)
-	go n.metaLeaderLoop()
-	if err := n.waitRegistered(ctx); err != nil {
+	if err := n.startControl(ctx); err != nil {
 		n.Close()
 		return err
 	}
-	n.wg.Add(5)
+	n.wg.Add(3)
 	go n.diskLoop()
-	go n.catchUpLoop()
 	go n.reconcileLoop()
 	go n.acceptLoop()
-	go n.balanceLoop()
 	n.requestReconcile()
 	return nil
 }
@@ -228,22 +211,39 @@ func (n *Node) diskLoop() {
 	}
 }
 
-// waitRegistered waits until the metadata group has a leader and this
-// node, at its current addresses, is in the catalog.
-func (n *Node) waitRegistered(ctx context.Context) error {
-	self := nodeInfo{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region}
-	for {
-		changed := n.catalog.watch()
-		if have, ok := n.catalog.node(self.ID); ok && have == self {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			leader, _ := n.meta.Leader()
-			return fmt.Errorf("broker: the node was not registered in the metadata group (leader %q): %w", leader, ctx.Err())
-		}
+// startControl starts the node's control plane and its node-to-node
+// calls, and waits until the node is registered in the catalog.
+func (n *Node) startControl(ctx context.Context) error {
+	n.rpc = cluster.NewRPCServer(n.mux, n.logger)
+	n.rpcClient = cluster.NewRPCClient()
+	cfg := meta.Config{
+		Self:             meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region},
+		Group:            n.groupConfig(meta.GroupID, filepath.Join(n.cfg.DataDir, "meta"), nil, nil),
+		BootstrapExpect:  n.cfg.BootstrapExpect,
+		ReplaceDeadAfter: n.cfg.ReplaceDeadAfter,
+		ApplyTimeout:     applyTimeout,
+		Host:             host{n},
+		RPC:              n.rpc,
+		Client:           n.rpcClient,
+		Protocol:         n.mux.Protocol,
+		LegacyIndex:      n.legacyIndex,
+		Logger:           n.logger,
 	}
+	if n.gossip != nil {
+		cfg.Gossip = n.gossip
+	}
+	control, err := meta.New(cfg)
+	if err != nil {
+		return err
+	}
+	n.control, n.catalog = control, control.Catalog()
+	if err := n.rpc.Start(); err != nil {
+		return err
+	}
+	if err := control.Start(ctx); err != nil {
+		return err
+	}
+	return control.WaitRegistered(ctx)
 }
 
 // groupConfig returns the configuration of one of the node's Raft groups.
@@ -293,7 +293,7 @@ func (n *Node) partitionEpoch(partition string) uint64 {
 	if err != nil {
 		return 0
 	}
-	s, _ := n.catalog.stream(p.Stream.String())
+	s, _ := n.catalog.Stream(p.Stream.String())
 	return s.Epoch
 }
 
@@ -346,106 +346,41 @@ func (n *Node) reconcile() {
 	if !n.catalogCurrent() {
 		return // the next catalog change or tick reconciles
 	}
-	want := map[string][]string{}    // partition → its replicas' server ids
-	initial := map[string][]string{} // partition → its initial replicas
-	self := map[string]string{}      // partition → this node's server id
-	for _, s := range n.catalog.streams() {
-		st, err := geofabric.ParseStream(s.Name)
-		if err != nil {
-			n.logger.Error("catalog holds a bad stream name", "stream", s.Name, "err", err)
-			continue
-		}
-		for i, p := range st.Partitions(s.Partitions) {
-			if i >= len(s.Placement) {
-				continue
-			}
-			j := slices.Index(s.Placement[i], n.cfg.NodeID)
-			if j < 0 {
-				continue
-			}
-			want[p.String()] = s.replicaIDs(i)
-			self[p.String()] = replicaID(n.cfg.NodeID, s.since(i, j))
-			if i < len(s.Initial) {
-				initial[p.String()] = s.Initial[i]
-			}
-		}
-	}
+	placed := n.control.Placed()
 	n.mu.Lock()
-	var moved []*localPartition
+	running := make(map[string]string, len(n.partitions))
 	for name, lp := range n.partitions {
-		// A replica moved away, or moved away and given back (a new
-		// member of the group, which starts from an empty copy).
-		if id, ok := self[name]; !ok || id != lp.replica {
-			moved = append(moved, lp)
-		}
+		running[name] = lp.replica
 	}
+	retired := make(map[string]bool, len(n.retired))
+	for name, lp := range n.retired {
+		retired[name] = lp.group.IsLeader()
+	}
+	plan := meta.PlanNode(placed, running, retired, n.known)
 	type dropped struct {
 		lp     *localPartition
 		remove bool
 	}
 	var drop []dropped
-	var retire []*localPartition
-	for _, lp := range moved {
-		delete(n.partitions, lp.name)
-		_, placed := self[lp.name]
-		switch {
-		case n.replicasOf(lp.name) == nil:
-			// A deleted stream's data goes.
-			drop = append(drop, dropped{lp: lp, remove: true})
-		case placed:
-			// Given back: the old copy is set aside when the new
-			// member's opens (claimPartitionDir). The group removed
-			// the old member before the catalog could give it back.
-			drop = append(drop, dropped{lp: lp})
-		default:
-			retire = append(retire, lp)
+	for _, d := range plan.Drop {
+		from := n.partitions
+		if d.Retired {
+			from = n.retired
 		}
+		drop = append(drop, dropped{lp: from[d.Partition], remove: d.Remove})
+		delete(from, d.Partition)
 	}
-	// A retired copy stops once its partition is given back or deleted;
-	// otherwise the copies sweep deletes it when its group has removed it.
-	var retiredLeaders []*localPartition
-	for name, lp := range n.retired {
-		_, placed := self[name]
-		switch {
-		case n.replicasOf(name) == nil:
-			delete(n.retired, name)
-			drop = append(drop, dropped{lp: lp, remove: true})
-		case placed:
-			delete(n.retired, name)
-			drop = append(drop, dropped{lp: lp})
-		case lp.group.IsLeader():
-			retiredLeaders = append(retiredLeaders, lp)
-		}
+	var retire, handOver []*localPartition
+	for _, name := range plan.Retire {
+		lp := n.partitions[name]
+		delete(n.partitions, name)
+		n.retired[name] = lp
+		retire = append(retire, lp)
 	}
-	for _, lp := range retire {
-		n.retired[lp.name] = lp
+	for _, name := range plan.HandOver {
+		handOver = append(handOver, n.retired[name])
 	}
-	have := make(map[string]bool, len(n.partitions))
-	for name := range n.partitions {
-		have[name] = true
-	}
-	// A halted copy stays closed until there is room on the disk again and
-	// its wait is over (or the node restarts): then it is opened again
-	// below and catches up from Raft. A deleted stream's goes with its
-	// data.
-	var gone []string
-	for name, h := range n.halted {
-		have[name] = true
-		select {
-		case <-h.done:
-			switch {
-			case n.replicasOf(name) == nil:
-				delete(n.halted, name)
-				delete(n.haltWait, name)
-				gone = append(gone, name)
-			case n.disk.roomy() && time.Now().After(h.retry):
-				delete(n.halted, name)
-				delete(have, name)
-				n.logger.Info("opening again a partition stopped for lack of disk space: there is room again; it catches up from Raft", "partition", name)
-			}
-		default: // still closing: the next pass looks again
-		}
-	}
+	open, gone := n.haltedLocked(plan.Open)
 	n.mu.Unlock()
 	for _, name := range gone {
 		n.removePartitionData(name)
@@ -453,7 +388,7 @@ func (n *Node) reconcile() {
 	for _, lp := range retire {
 		n.retirePartition(lp)
 	}
-	for _, lp := range retiredLeaders {
+	for _, lp := range handOver {
 		n.handOver(lp)
 	}
 	for _, d := range drop {
@@ -464,26 +399,8 @@ func (n *Node) reconcile() {
 			n.gossip.forget(d.lp.name)
 		}
 	}
-	for name, replicas := range want {
-		if have[name] {
-			continue
-		}
-		lp, err := n.openPartition(name, self[name], replicas, initial[name], false)
-		if errors.Is(err, errStaleMember) {
-			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
-			continue
-		}
-		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged) {
-			n.askRenewal(name, self[name], err)
-			continue
-		}
-		if err != nil {
-			n.logger.Error("cannot open partition", "partition", name, "err", err)
-			continue
-		}
-		if !n.keep(n.partitions, lp) {
-			return
-		}
+	if !n.openPlaced(open, placed) {
+		return
 	}
 	n.mu.Lock()
 	close(n.changed)
@@ -496,8 +413,8 @@ func (n *Node) reconcile() {
 	}
 	n.mu.Unlock()
 	for _, lp := range leading {
-		replicas, ok := want[lp.name]
-		if !ok {
+		replicas := placed[lp.name].Members
+		if replicas == nil {
 			replicas = n.replicasOf(lp.name)
 		}
 		if len(replicas) > 0 {
@@ -507,93 +424,76 @@ func (n *Node) reconcile() {
 	n.removeRetiredCopies()
 }
 
-// catalogCurrent reports whether this node's catalog has caught up with
-// the metadata group since the node started (catchUpLoop). A node that
-// restarts replays the metadata log, and its catalog passes through every
-// placement of the past on the way: acting on them would open partitions
-// the node no longer holds, close those it does, and tell clients that
-// streams do not exist. Once caught up the catalog only moves forward.
-func (n *Node) catalogCurrent() bool { return n.caughtUp.Load() }
+// known reports whether the catalog has the partition's stream.
+func (n *Node) known(partition string) bool { return n.replicasOf(partition) != nil }
 
-// catchUpLoop waits until the catalog has applied every metadata entry the
-// metadata leader had applied when asked (a read barrier), then wakes
-// reconcile. It gives up only when the node stops.
-func (n *Node) catchUpLoop() {
-	defer n.wg.Done()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if n.catchUp() {
-			n.caughtUp.Store(true)
-			n.logger.Info("catalog caught up with the metadata group", "index", n.catalog.applied.Load())
-			n.requestReconcile()
-			return
-		}
+// haltedLocked filters the partitions to open: a halted copy stays closed
+// until there is room on the disk again and its wait is over (or the node
+// restarts); then it is opened again and catches up from Raft. It returns
+// the partitions to open, and the halted copies of deleted streams, whose
+// data goes. The caller holds n.mu.
+func (n *Node) haltedLocked(open []string) (keep, gone []string) {
+	for name, h := range n.halted {
 		select {
-		case <-n.stop:
-			return
-		case <-tick.C:
+		case <-h.done:
+			switch {
+			case !n.known(name):
+				delete(n.halted, name)
+				delete(n.haltWait, name)
+				gone = append(gone, name)
+			case n.disk.roomy() && time.Now().After(h.retry):
+				delete(n.halted, name)
+				n.logger.Info("opening again a partition stopped for lack of disk space: there is room again; it catches up from Raft", "partition", name)
+			}
+		default: // still closing: the next pass looks again
 		}
 	}
+	for _, name := range open {
+		if n.halted[name] == nil {
+			keep = append(keep, name)
+		}
+	}
+	return keep, gone
 }
 
-// catchUp makes one attempt: the leader passes a barrier (everything
-// committed is applied); another node asks the leader how far its
-// catalog is and waits for its own to get there.
-func (n *Node) catchUp() bool {
-	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-	defer cancel()
-	if n.meta.IsLeader() {
-		return n.meta.Barrier(ctx) == nil
-	}
-	id, _ := n.meta.Leader()
-	info, ok := n.catalog.node(id)
-	if id == "" || !ok {
-		return false
-	}
-	ans, err := n.ask(info.ClientAddr, &transport.ClusterStatus{RequestID: 1})
-	res, _ := ans.(*transport.ClusterStatusResult)
-	if err != nil || res == nil || res.Status.Node != res.Status.MetaLeader || res.Status.MetaIndex == 0 {
-		return false
-	}
-	for {
-		changed := n.catalog.watch()
-		if n.catalog.applied.Load() >= res.Status.MetaIndex {
-			return true
+// openPlaced opens the partitions placed on this node that it does not
+// run; it reports false when the node has closed meanwhile.
+func (n *Node) openPlaced(names []string, placed map[string]meta.Assignment) bool {
+	for _, name := range names {
+		a := placed[name]
+		lp, err := n.openPartition(name, a.Member, a.Members, a.Bootstrap, false)
+		if errors.Is(err, errStaleMember) {
+			n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
+			continue
 		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
+		if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged) {
+			n.askRenewal(name, a.Member, err)
+			continue
+		}
+		if err != nil {
+			n.logger.Error("cannot open partition", "partition", name, "err", err)
+			continue
+		}
+		if !n.keep(n.partitions, lp) {
 			return false
 		}
 	}
+	return true
 }
 
-// replicasOf returns the server ids of a partition's replicas from the
+// catalogCurrent reports whether this node's catalog has caught up with
+// the metadata group since the node started (meta.Service.Current): until
+// then it opens and closes no partition.
+func (n *Node) catalogCurrent() bool { return n.control.Current() }
+
+// replicasOf returns the member ids of a partition's replicas from the
 // catalog, nil if the stream is gone.
-func (n *Node) replicasOf(partition string) []string {
-	pn, err := geofabric.ParsePartition(partition)
-	if err != nil {
-		return nil
-	}
-	s, ok := n.catalog.stream(pn.Stream.String())
-	if !ok {
-		return nil
-	}
-	return s.replicaIDs(pn.Number())
-}
+func (n *Node) replicasOf(partition string) []string { return n.control.Members(partition) }
 
 // reconcileReplicas makes the Raft configuration of a partition this node
-// leads match its replicas (server ids, see replicaID).
-//
-// Members no longer placed whose node is down, or whose node is given a
-// new member (a renewed copy, at the same address), go first: they count
-// in no majority, and the group takes a new server at an address only
-// once the old one is gone. Then the missing replicas (or those at a new
-// address) are added. Members no longer placed on live nodes go last:
-// their copies run retired (retirePartition) and keep answering, so the
-// group never has fewer members able to answer while the new ones catch
-// up.
+// leads match its replicas (member ids), in the order meta.MemberChanges
+// gives, and stops at the first change that fails: the next round starts
+// again from the group's configuration.
 func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
@@ -601,51 +501,25 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	if err != nil {
 		return
 	}
-	have := map[string]string{}
-	for _, s := range servers {
-		have[s.ID] = s.Address
+	addr := func(node string) (string, bool) {
+		info, ok := n.catalog.Node(node)
+		return info.RaftAddr, ok
 	}
-	placedNodes := map[string]bool{}
-	for _, id := range replicas {
-		placedNodes[nodeOfReplica(id)] = true
-	}
-	var later []string
-	remove := func(id string) bool {
-		if err := lp.group.RemoveServer(ctx, id); err != nil {
-			n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", id, "err", err)
-			return false
-		}
-		delete(have, id)
-		n.logger.Info("replica removed", "partition", lp.name, "replica", id)
-		return true
-	}
-	for id := range have {
-		if slices.Contains(replicas, id) || id == lp.replica {
+	alive := func(node string) bool { return n.nodeState(node) == "alive" }
+	for _, c := range meta.MemberChanges(servers, replicas, lp.replica, addr, alive) {
+		if c.Remove {
+			if err := lp.group.RemoveServer(ctx, c.ID); err != nil {
+				n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", c.ID, "err", err)
+				return
+			}
+			n.logger.Info("replica removed", "partition", lp.name, "replica", c.ID)
 			continue
 		}
-		if node := nodeOfReplica(id); !placedNodes[node] && n.nodeState(node) == "alive" {
-			later = append(later, id)
-			continue
-		}
-		if !remove(id) {
+		if err := lp.group.AddVoter(ctx, c.ID, c.Addr); err != nil {
+			n.logger.Warn("adding a replica failed", "partition", lp.name, "replica", c.ID, "err", err)
 			return
 		}
-	}
-	for _, id := range replicas {
-		info, ok := n.catalog.node(nodeOfReplica(id))
-		if !ok || have[id] == info.RaftAddr {
-			continue
-		}
-		if err := lp.group.AddVoter(ctx, id, info.RaftAddr); err != nil {
-			n.logger.Warn("adding a replica failed", "partition", lp.name, "replica", id, "err", err)
-			return
-		}
-		n.logger.Info("replica added", "partition", lp.name, "replica", id, "addr", info.RaftAddr)
-	}
-	for _, id := range later {
-		if !remove(id) {
-			return
-		}
+		n.logger.Info("replica added", "partition", lp.name, "replica", c.ID, "addr", c.Addr)
 	}
 }
 
@@ -755,7 +629,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	}
 	var servers []cluster.Server
 	for _, id := range replicas {
-		info, ok := n.catalog.node(nodeOfReplica(id))
+		info, ok := n.catalog.Node(meta.NodeOf(id))
 		if !ok {
 			g.Close()
 			log.Close()
@@ -776,8 +650,8 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	if pn, err := geofabric.ParsePartition(name); err == nil {
 		stream := pn.Stream.String()
 		p.policy = func() (transport.RetentionPolicy, bool) {
-			s, ok := n.catalog.stream(stream)
-			return s.Retention, ok
+			s, ok := n.catalog.Stream(stream)
+			return retentionToWire(s.Retention), ok
 		}
 	}
 	p.onDamage = func(err error) { n.damagedCopy(name, p, err) }
@@ -934,11 +808,11 @@ func (n *Node) removePartitionData(name string) {
 // client address, or ServiceNotReady while there is no leader.
 func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	id, _ := g.Leader()
-	id = nodeOfReplica(id)
+	id = meta.NodeOf(id)
 	if id == "" {
 		return wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
-	info, _ := n.catalog.node(id)
+	info, _ := n.catalog.Node(id)
 	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
 }
 
@@ -948,9 +822,9 @@ func (n *Node) nodeState(id string) string {
 		return "alive"
 	}
 	if n.gossip != nil {
-		for _, m := range n.gossip.members() {
+		for _, m := range n.gossip.Members() {
 			if m.ID == id {
-				return m.State
+				return m.State.String()
 			}
 		}
 	}
@@ -962,7 +836,7 @@ func (n *Node) nodeState(id string) string {
 func (n *Node) leaderOf(name string) (string, uint64) {
 	if lp, ok := n.partition(name); ok {
 		if id, _ := lp.group.Leader(); id != "" {
-			return nodeOfReplica(id), lp.group.Term()
+			return meta.NodeOf(id), lp.group.Term()
 		}
 	}
 	if n.gossip != nil {
@@ -1125,12 +999,20 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	for _, lp := range parts {
 		groups = append(groups, lp.group)
 	}
-	if n.meta != nil {
-		groups = append(groups, n.meta)
-	}
 	// Hand-overs run in parallel, each bounded: when the whole cluster
 	// stops at once the peers may be leaving too.
 	var wg sync.WaitGroup
+	if n.control != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gctx, cancel := context.WithTimeout(ctx, transferTimeout)
+			defer cancel()
+			if err := n.control.HandOver(gctx); err != nil {
+				n.logger.Warn("leadership transfer failed", "group", meta.GroupID, "err", err)
+			}
+		}()
+	}
 	for _, g := range groups {
 		if !g.IsLeader() {
 			continue
@@ -1183,6 +1065,9 @@ func (n *Node) Close() error {
 		s.close()
 	}
 	n.wg.Wait()
+	if n.rpc != nil {
+		n.rpc.Close() // no more calls from other nodes
+	}
 	n.mu.Lock()
 	parts := n.partitions
 	n.partitions = map[string]*localPartition{}
@@ -1196,8 +1081,11 @@ func (n *Node) Close() error {
 		n.closePartition(lp, false)
 	}
 	var err error
-	if n.meta != nil {
-		err = n.meta.Close()
+	if n.control != nil {
+		err = n.control.Close()
+	}
+	if n.rpcClient != nil {
+		n.rpcClient.Close()
 	}
 	if n.gossip != nil {
 		if gerr := n.gossip.close(); err == nil {

@@ -9,10 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -36,45 +36,10 @@ const replicaMarker = "replica"
 // (damagedCopy).
 const damagedMarker = "damaged"
 
-// replicaID is a replica's server id in its partition's Raft group: the
-// node id for a replica of the initial placement, the node id, "@" and
-// the index of the move that placed it for a replica moved in later. Each
-// placement of a node is a new member of the group, so a node that held a
-// partition, was moved away and is given it back neither rejoins with its
-// old copy nor is mistaken for the member it was (that member is removed
-// from the group first: two members cannot share an address).
-func replicaID(node string, since uint64) string {
-	if since == 0 {
-		return node
-	}
-	return fmt.Sprintf("%s@%d", node, since)
-}
-
-// nodeOfReplica returns the node id of a replica's server id.
-func nodeOfReplica(id string) string {
-	node, _, _ := strings.Cut(id, "@")
-	return node
-}
-
 // errStaleMember is claimPartitionDir's answer to a member older than a
 // copy on disk: the catalog this node reads is behind (it is replaying
 // the metadata log), and the placement it asks for is history.
 var errStaleMember = errors.New("broker: a newer member's copy is on disk")
-
-// memberIndex returns the placement index in a member id (0 for a
-// replica of the initial placement): a node's members of one partition
-// only ever get newer.
-func memberIndex(id string) uint64 {
-	_, idx, ok := strings.Cut(id, "@")
-	if !ok {
-		return 0
-	}
-	v, err := strconv.ParseUint(idx, 10, 64)
-	if err != nil {
-		return 0
-	}
-	return v
-}
 
 // claimPartitionDir makes dir the data directory of member self, setting
 // aside a copy that belongs to an older member. A copy of a newer member,
@@ -83,7 +48,7 @@ func memberIndex(id string) uint64 {
 func (n *Node) claimPartitionDir(dir, self string) error {
 	aside, _ := filepath.Glob(dir + "@*")
 	for _, d := range aside {
-		if memberIndex(strings.TrimPrefix(d, dir+"@")) > memberIndex(self) {
+		if meta.MemberIndex(strings.TrimPrefix(d, dir+"@")) > meta.MemberIndex(self) {
 			return fmt.Errorf("%w: %s, asked for %s", errStaleMember, d, self)
 		}
 	}
@@ -94,7 +59,7 @@ func (n *Node) claimPartitionDir(dir, self string) error {
 		return err
 	case owner == self:
 		return nil
-	case memberIndex(owner) > memberIndex(self):
+	case meta.MemberIndex(owner) > meta.MemberIndex(self):
 		return fmt.Errorf("%w: %s belongs to %s, asked for %s", errStaleMember, dir, owner, self)
 	default:
 		// Each member id names one placement, so no copy of owner can
@@ -220,40 +185,18 @@ func (n *Node) removeRetiredCopies() {
 }
 
 // renewReplica places a new member on the node of member, whose copy of
-// partition is damaged (see transport.RenewReplica). Only the metadata
-// leader does it.
+// partition is damaged, as the metadata leader (meta.Service.Renew), for a
+// node that asks over the client port (transport.RenewReplica, which nodes
+// of older versions send): from is the connection's address.
 func (n *Node) renewReplica(partition, member string, from net.Addr) error {
-	pn, err := geofabric.ParsePartition(partition)
-	if err != nil {
+	if _, err := geofabric.ParsePartition(partition); err != nil {
 		return wireError(transport.CodeInvalidName, "%v", err)
-	}
-	if !n.meta.IsLeader() {
-		return n.metaNotLeader()
-	}
-	// Only the member's own node may ask: a renewal throws its copy
-	// away. (Token auth, when it comes, must cover node requests too.)
-	if from != nil && !n.fromNode(from, nodeOfReplica(member)) {
-		return wireError(transport.CodeNotAllowed, "only node %s may renew its member %s", nodeOfReplica(member), member)
-	}
-	if s, ok := n.catalog.stream(pn.Stream.String()); ok {
-		if err := n.settled(s, pn.Number(), []string{nodeOfReplica(member)}); err != nil {
-			return wireError(transport.CodeServiceNotReady, "partition %s is still changing members (%v); ask again", partition, err)
-		}
-	}
-	data, err := encodeEntry(metaRenewReplica, renewReplicaEntry{Stream: pn.Stream.String(), Partition: pn.Number(), Member: member})
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()
-	res, err := n.meta.Apply(ctx, data)
-	if err != nil {
-		return wireError(transport.CodeServiceNotReady, "metadata: %v", err)
+	if err := n.control.Renew(ctx, partition, member, from); err != nil {
+		return n.metaError(err)
 	}
-	if ok, _ := res.(bool); !ok {
-		return wireError(transport.CodeNotAllowed, "%s is not a member of partition %s", member, partition)
-	}
-	n.logger.Warn("a replica's copy is damaged: its node starts a new member from an empty copy", "partition", partition, "member", member)
 	return nil
 }
 
@@ -277,81 +220,87 @@ func (n *Node) askRenewal(partition, member string, cause error) {
 			delete(n.renewing, partition)
 			n.mu.Unlock()
 		}()
-		err := n.renewReplica(partition, member, nil)
-		var werr *transport.Error
-		if errors.As(err, &werr) && werr.Code == transport.CodeNotLeader && werr.LeaderHint != "" {
-			err = n.requestRenewal(werr.LeaderHint, partition, member)
-		}
-		if err != nil {
+		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
+		defer cancel()
+		if err := n.control.AskRenewal(ctx, partition, member); err != nil {
 			n.logger.Warn("asking for a new member failed; will ask again", "partition", partition, "err", err)
 		}
 	}()
 }
 
-// requestRenewal sends RenewReplica to the metadata leader at addr.
-func (n *Node) requestRenewal(addr, partition, member string) error {
-	_, err := n.ask(addr, &transport.RenewReplica{RequestID: 1, Partition: partition, Member: member})
-	return err
-}
-
-// ask sends one request to the node whose client address is addr and
-// returns its answer (an answered *transport.Error as the error), within
-// applyTimeout.
-func (n *Node) ask(addr string, req transport.Command) (transport.Command, error) {
-	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
-	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	// The connection closes when ctx ends: no read outlives it (the
-	// node's Close waits for the goroutines that ask).
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
-	defer stop()
-	conn, err := transport.NewConn(nc, transport.DefaultConfig())
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	defer conn.Close()
-	if _, err := transport.Handshake(ctx, conn, &transport.Connect{ClientName: "fabriqd " + n.cfg.NodeID}); err != nil {
-		return nil, err
-	}
-	if err := conn.Send(ctx, req); err != nil {
-		return nil, err
-	}
-	cmd, err := conn.Receive()
-	if err != nil {
-		return nil, err
-	}
-	if e, ok := cmd.(*transport.Error); ok {
-		return nil, e
-	}
-	return cmd, nil
-}
-
 // removeMovedAwayCopies looks after the copies of partitions this node no
 // longer holds. Once their group has removed the member they belong to,
-// as the partition's leader answers (a describe of one partition is
-// answered by its leader only), they are deleted. Until then they run
-// retired (retirePartition): a node that restarts opens them again, since
-// the group may need them for its majority, and so does a node that cannot
-// learn whether they are still needed.
+// as the partition's leader tells from its committed configuration (one
+// batched call per leading node, meta.Service.LeaderViews), they are
+// deleted. Until then they run retired (retirePartition): a node that
+// restarts opens them again, since the group may need them for its
+// majority, and so does a node that cannot learn whether they are still
+// needed.
 func (n *Node) removeMovedAwayCopies() {
 	if !n.catalogCurrent() {
 		return
 	}
-	// Leaders that cannot be reached cost a timeout each: the sweep
-	// stops after sweepBudget and goes on at the next round, so reconcile
-	// (which runs on the same goroutine) is not held up for long.
-	deadline := time.Now().Add(sweepBudget)
-	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, partitionsDir, "*", "*", "*"))
-	rand.Shuffle(len(dirs), func(i, j int) { dirs[i], dirs[j] = dirs[j], dirs[i] })
-	for _, dir := range dirs {
-		if time.Now().After(deadline) {
+	// The sweep stops after sweepBudget and goes on at the next round, so
+	// reconcile (which runs on the same goroutine) is not held up for
+	// long.
+	ctx, cancel := context.WithTimeout(n.ctx, sweepBudget)
+	defer cancel()
+	copies := n.movedAwayCopies()
+	names := make([]string, 0, len(copies))
+	for _, c := range copies {
+		names = append(names, c.pn.String())
+	}
+	leaders := n.control.LeaderViews(ctx, names)
+	for _, c := range copies {
+		if ctx.Err() != nil {
 			return
 		}
+		v, told := leaders[c.pn.String()]
+		switch {
+		case told && len(v.Members) > 0 && !slices.Contains(v.Members, c.owner):
+			if c.running != nil {
+				n.mu.Lock()
+				delete(n.retired, c.pn.String())
+				n.mu.Unlock()
+				n.closePartition(c.running, false)
+			}
+			if err := n.removeCopy(c.dir); err != nil {
+				n.logger.Warn("removing a moved-away copy", "dir", c.dir, "err", err)
+				continue
+			}
+			n.logger.Info("moved-away copy removed: its group has removed its member", "partition", c.pn.String(), "member", c.owner)
+		case c.running == nil:
+			// Still a member, or nobody can tell: the group may count it.
+			lp, err := n.openPartition(c.pn.String(), c.owner, nil, nil, true)
+			if err != nil {
+				n.logger.Warn("cannot open a moved-away copy its group may still count", "partition", c.pn.String(), "member", c.owner, "err", err)
+				continue
+			}
+			if !n.keep(n.retired, lp) {
+				return
+			}
+			n.logger.Info("moved-away copy opened retired: its group may still count it", "partition", c.pn.String(), "member", c.owner)
+		}
+	}
+}
+
+// movedAwayCopy is a copy on disk of a partition the catalog no longer
+// places on this node.
+type movedAwayCopy struct {
+	dir     string
+	pn      geofabric.Partition
+	owner   string          // the member it belongs to
+	running *localPartition // running retired, or nil
+}
+
+// movedAwayCopies lists the copies removeMovedAwayCopies looks after, in
+// random order (a sweep cut short by its budget does not always skip the
+// same ones).
+func (n *Node) movedAwayCopies() []movedAwayCopy {
+	dirs, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, partitionsDir, "*", "*", "*"))
+	rand.Shuffle(len(dirs), func(i, j int) { dirs[i], dirs[j] = dirs[j], dirs[i] })
+	var out []movedAwayCopy
+	for _, dir := range dirs {
 		if strings.Contains(filepath.Base(dir), "@") {
 			continue // set aside: removeRetiredCopies
 		}
@@ -379,56 +328,12 @@ func (n *Node) removeMovedAwayCopies() {
 		}
 		// A stream the catalog does not know may be one it has not
 		// replayed yet: its copy stays.
-		s, ok := n.catalog.stream(pn.Stream.String())
-		if !ok {
+		if _, ok := n.catalog.Stream(pn.Stream.String()); !ok {
 			continue
 		}
-		switch members, err := n.committedMembers(s, pn); {
-		case err == nil && !slices.Contains(members, owner):
-			if running != nil {
-				n.mu.Lock()
-				delete(n.retired, pn.String())
-				n.mu.Unlock()
-				n.closePartition(running, false)
-			}
-			if err := n.removeCopy(dir); err != nil {
-				n.logger.Warn("removing a moved-away copy", "dir", dir, "err", err)
-				continue
-			}
-			n.logger.Info("moved-away copy removed: its group has removed its member", "partition", pn.String(), "member", owner)
-		case running == nil:
-			// Still a member, or nobody can tell: the group may count it.
-			lp, err := n.openPartition(pn.String(), owner, nil, nil, true)
-			if err != nil {
-				n.logger.Warn("cannot open a moved-away copy its group may still count", "partition", pn.String(), "member", owner, "err", err)
-				continue
-			}
-			if !n.keep(n.retired, lp) {
-				return
-			}
-			n.logger.Info("moved-away copy opened retired: its group may still count it", "partition", pn.String(), "member", owner)
-		}
+		out = append(out, movedAwayCopy{dir: dir, pn: pn, owner: owner, running: running})
 	}
-}
-
-// committedMembers asks the leader of a partition for the members of its
-// committed configuration.
-func (n *Node) committedMembers(s streamMeta, pn geofabric.Partition) ([]string, error) {
-	leader, _ := n.leaderOf(pn.String())
-	info, known := n.catalog.node(leader)
-	if leader == "" || !known {
-		return nil, errors.New("its leader is not known")
-	}
-	idx := int32(pn.Number())
-	ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name, Partition: &idx})
-	if err != nil {
-		return nil, fmt.Errorf("asking its leader %s: %w", leader, err)
-	}
-	res, _ := ans.(*transport.DescribeStreamResult)
-	if res == nil || len(res.Info.Partitions) != 1 || len(res.Info.Partitions[0].Members) == 0 {
-		return nil, fmt.Errorf("its leader %s told no committed configuration", leader)
-	}
-	return res.Info.Partitions[0].Members, nil
+	return out
 }
 
 // sweepBudget bounds one round of removeMovedAwayCopies.
@@ -436,110 +341,9 @@ const sweepBudget = 3 * time.Second
 
 // placedNodes returns the nodes the catalog places a partition on.
 func (n *Node) placedNodes(pn geofabric.Partition) []string {
-	s, ok := n.catalog.stream(pn.Stream.String())
+	s, ok := n.catalog.Stream(pn.Stream.String())
 	if !ok || pn.Number() >= len(s.Placement) {
 		return nil
 	}
 	return s.Placement[pn.Number()]
-}
-
-// fromNode reports whether a connection from addr comes from node id: from
-// the host of one of the node's advertised addresses.
-func (n *Node) fromNode(addr net.Addr, id string) bool {
-	info, ok := n.catalog.node(id)
-	if !ok {
-		return false
-	}
-	host, _, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return false
-	}
-	for _, a := range []string{info.ClientAddr, info.RaftAddr} {
-		if h, _, err := net.SplitHostPort(a); err == nil && h == host {
-			return true
-		}
-	}
-	return false
-}
-
-// settled reports whether partition i of stream s has finished its last
-// membership change: its leader's committed Raft configuration holds
-// exactly the members the catalog places, and so does the committed
-// configuration of every placed member on a node not in except (the
-// nodes whose member is about to be replaced). A move or a renewal waits
-// for it, so a group changes one member at a time, and only once every
-// member has caught up with the change before: a member that has not
-// (one added a moment ago) rejects the votes of members its old
-// configuration does not know (hashicorp/raft does), and replacing a
-// second member then can leave a majority that never elects a leader.
-func (n *Node) settled(s streamMeta, i int, except []string) error {
-	st, err := geofabric.ParseStream(s.Name)
-	if err != nil || i >= s.Partitions {
-		return fmt.Errorf("no partition %d of %s", i, s.Name)
-	}
-	pn := st.Partition(i, s.Partitions)
-	name := pn.String()
-	var members []string
-	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
-		if members = n.committedConfig(lp); members == nil {
-			return errors.New("its leader's configuration is not committed yet")
-		}
-	} else {
-		members, err = n.committedMembers(s, pn)
-		if err != nil {
-			return err
-		}
-	}
-	want := s.replicaIDs(i)
-	slices.Sort(members)
-	slices.Sort(want)
-	if !slices.Equal(members, want) {
-		return fmt.Errorf("its members are %v, the catalog places %v", members, want)
-	}
-	for _, node := range s.Placement[i] {
-		if slices.Contains(except, node) {
-			continue
-		}
-		view, err := n.membersSeenBy(s, pn, node)
-		if err != nil {
-			return fmt.Errorf("asking node %s: %w", node, err)
-		}
-		slices.Sort(view)
-		if !slices.Equal(view, want) {
-			return fmt.Errorf("node %s has not caught up with the group's members (it has %v)", node, view)
-		}
-	}
-	return nil
-}
-
-// membersSeenBy returns the members of a partition's Raft configuration as
-// the copy on node holds it, when that configuration is committed there
-// (empty otherwise, or when the node does not run the partition).
-func (n *Node) membersSeenBy(s streamMeta, pn geofabric.Partition, node string) ([]string, error) {
-	if node == n.cfg.NodeID {
-		lp, ok := n.partition(pn.String())
-		if !ok {
-			return nil, nil
-		}
-		return n.committedConfig(lp), nil
-	}
-	info, ok := n.catalog.node(node)
-	if !ok {
-		return nil, errors.New("not registered")
-	}
-	// A describe of the whole stream is answered from the node's own view.
-	ans, err := n.ask(info.ClientAddr, &transport.DescribeStream{RequestID: 1, Stream: s.Name})
-	if err != nil {
-		return nil, err
-	}
-	res, _ := ans.(*transport.DescribeStreamResult)
-	if res == nil {
-		return nil, errors.New("no describe answer")
-	}
-	for _, p := range res.Info.Partitions {
-		if int(p.Partition) == pn.Number() {
-			return p.Members, nil
-		}
-	}
-	return nil, nil
 }

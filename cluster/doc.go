@@ -5,9 +5,10 @@
 // groups, one hashicorp/raft instance per group with its stores, and a
 // snapshot store in which a snapshot of a large partition log costs a few
 // file-system operations instead of a copy. It also owns gossip membership
-// (Membership) and the leader routing table that travels with it (Routes).
-// The metadata group's state machine and replica placement live in the
-// broker for now.
+// (Membership) and the leader routing table that travels with it (Routes),
+// and the node-to-node calls on the Raft port (RPCServer, RPCClient). The
+// metadata group's state machine, placement and repair are the control
+// plane's, in the subpackage cluster/meta.
 //
 // The package does not know what a group replicates. The caller (the
 // broker's partition state machine) supplies a raft.FSM; cluster delivers
@@ -18,13 +19,22 @@
 //
 //   - Mux: splits the node's Raft listener between groups. Each connection
 //     opens with a header naming its group ("FQRG", a version byte, the
-//     group id's length and the id); a bad header or an unknown group
-//     closes that connection and nothing else.
+//     group id's length and the id) and, from nodes that speak
+//     RaftProtocol 2, the member of the group it is for; a bad header, an
+//     unknown group or another member of the group than this node runs
+//     closes that connection and nothing else. SetProtocols tells it what
+//     each peer speaks (Membership.ProtocolOf).
 //   - Acceptor: an accept loop's listener that retries failed accepts (out
 //     of descriptors) with a backoff and logs once per burst of failures;
 //     the Mux and the broker's client port both accept through one.
 //   - Layer: one group's share of a Mux, the raft.StreamLayer its
-//     NetworkTransport accepts and dials through.
+//     NetworkTransport accepts and dials through. The group's transport
+//     dials each request to the member Raft names (MemberAddress), so a
+//     vote asked of a member is never answered by another at its address.
+//   - RPCServer, RPCClient: node-to-node calls on the Raft port, as the
+//     reserved group RPCGroup: length-prefixed msgpack requests and
+//     answers, a deadline on every call, pooled connections; RPCError is
+//     an answered failure.
 //   - Group: one Raft group on this node. OpenGroup, Bootstrap, Apply,
 //     Barrier, leadership (IsLeader, Leader, Term, WatchLeader,
 //     WaitForLeader), membership (Servers, the latest configuration;
@@ -78,8 +88,8 @@
 //   - MembershipConfig, DefaultMembershipConfig: the gossip knobs;
 //     DetectionTime says how long the cluster takes to declare a failed
 //     node dead (4.3s with the defaults, up to 10 nodes).
-//   - Membership: NewMembership, Start, Addr, Members, LocalMember, Watch,
-//     UpdateMeta, Leave, Close, Routes.
+//   - Membership: NewMembership, Start, Addr, Members, LocalMember,
+//     ProtocolOf, Watch, UpdateMeta, Leave, Close, Routes.
 //   - NodeMeta, Member, MemberState, MemberEvent, MemberWatch.
 //   - Routes (Announce, Forget, Lookup, Snapshot, Watch), Route,
 //     RouteEvent, RouteWatch.

@@ -135,7 +135,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		return fail(err)
 	}
 
-	g.layer, err = cfg.Mux.Layer(cfg.ID)
+	g.layer, err = cfg.Mux.MemberLayer(cfg.ID, cfg.NodeID)
 	if err != nil {
 		return fail(err)
 	}
@@ -149,7 +149,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		Timeout: transportTimeout,
 		Logger:  newHCLogger(logger, "raft-net"),
 	})
-	gate := newVoteGate(g.trans, raft.ServerID(cfg.NodeID))
+	gate := newVoteGate(g.trans, cfg.Mux, raft.ServerID(cfg.NodeID))
 	gate.retired.Store(cfg.Retired)
 	undo = append(undo, func() { gate.Close() })
 

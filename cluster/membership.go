@@ -26,6 +26,10 @@ type NodeMeta struct {
 	RaftAddr   string // host:port of the Raft port
 	HTTPAddr   string // host:port of the HTTP port
 	Version    string // fabriq version the node runs
+	// RaftProtocol is what the node speaks on its Raft port (see
+	// RaftProtocol): a Membership advertises this version's, and reads
+	// ProtocolGroups from nodes that advertise none (older versions).
+	RaftProtocol int
 }
 
 // metaWire is NodeMeta in memberlist's node metadata: a msgpack map with
@@ -40,6 +44,7 @@ type metaWire struct {
 	HTTPAddr   string `msgpack:"h,omitempty"`
 	Version    string `msgpack:"v,omitempty"`
 	Instance   uint64 `msgpack:"i,omitempty"`
+	Protocol   int    `msgpack:"p,omitempty"`
 }
 
 func encodeMeta(m NodeMeta, instance uint64) ([]byte, error) {
@@ -50,6 +55,7 @@ func encodeMeta(m NodeMeta, instance uint64) ([]byte, error) {
 		HTTPAddr:   m.HTTPAddr,
 		Version:    m.Version,
 		Instance:   instance,
+		Protocol:   RaftProtocol,
 	})
 }
 
@@ -64,6 +70,7 @@ func decodeMeta(id string, b []byte) (NodeMeta, uint64, error) {
 		return m, 0, err
 	}
 	m.Region, m.ClientAddr, m.RaftAddr, m.HTTPAddr, m.Version = w.Region, w.ClientAddr, w.RaftAddr, w.HTTPAddr, w.Version
+	m.RaftProtocol = max(w.Protocol, ProtocolGroups)
 	return m, w.Instance, nil
 }
 
@@ -273,6 +280,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	}
 	cfg = cfg.withDefaults()
 	cfg.Join = slices.Clone(cfg.Join)
+	cfg.Meta.RaftProtocol = RaftProtocol
 	logger := cfg.Logger.With("node", cfg.NodeID)
 	m := &Membership{
 		cfg:      cfg,
@@ -356,6 +364,26 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
+// ProtocolOf returns what the node whose Raft address is addr speaks on
+// its Raft port, as its gossip metadata says: ProtocolUnknown when no
+// member advertises the address. A live member's word counts over a
+// departed one's at the same address. It suits Mux.SetProtocols.
+func (m *Membership) ProtocolOf(addr string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := ProtocolUnknown
+	for _, r := range m.members {
+		if r.RaftAddr != addr {
+			continue
+		}
+		if r.State == MemberAlive {
+			return r.RaftProtocol
+		}
+		p = r.RaftProtocol
+	}
+	return p
+}
+
 // LocalMember returns this node as a member. Before Start its Addr is
 // empty.
 func (m *Membership) LocalMember() Member {
@@ -405,6 +433,7 @@ func (m *Membership) Watch() *MemberWatch {
 // spreads. It returns ErrMetaTooLarge if the metadata does not fit, ErrLeft
 // after Leave and ErrClosed after Close.
 func (m *Membership) UpdateMeta(ctx context.Context, meta NodeMeta) error {
+	meta.RaftProtocol = RaftProtocol
 	if meta.ID == "" {
 		meta.ID = m.cfg.NodeID
 	}

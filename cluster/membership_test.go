@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // fastGossip tightens the gossip timings for tests. With SuspicionMult 4 a
@@ -302,6 +304,7 @@ func TestMembershipJoin(t *testing.T) {
 			other := ms[i] // sorted by id: node-0, node-1, node-2
 			want := testMeta(other.cfg.NodeID)
 			want.ID = other.cfg.NodeID
+			want.RaftProtocol = RaftProtocol
 			if mb.NodeMeta != want || mb.Addr != other.Addr() || mb.State != MemberAlive || mb.Since.IsZero() {
 				t.Fatalf("%s sees %+v, want %+v at %s", m.cfg.NodeID, mb, want, other.Addr())
 			}
@@ -567,5 +570,26 @@ func TestLeaveIntentOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Each node advertises what it speaks on its Raft port; a node that
+// advertises nothing (an older version) speaks ProtocolGroups, and an
+// address no member advertises is unknown.
+func TestMembershipProtocolOf(t *testing.T) {
+	ms := startCluster(t, 2, func(c *MembershipConfig) { c.Meta.RaftAddr = c.NodeID + ":7650" })
+	eventually(t, 10*time.Second, "node-0 to know node-1's Raft address", func() bool {
+		return ms[0].ProtocolOf("node-1:7650") == RaftProtocol
+	})
+	if p := ms[0].ProtocolOf("nowhere:7650"); p != ProtocolUnknown {
+		t.Fatalf("an unknown address speaks %d", p)
+	}
+	old, err := msgpack.Marshal(map[string]any{"a": "10.0.0.1:7650", "v": "older"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := decodeMeta("old", old)
+	if err != nil || m.RaftProtocol != ProtocolGroups || m.RaftAddr != "10.0.0.1:7650" {
+		t.Fatalf("an older node's metadata decodes to %+v, %v", m, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,18 +17,55 @@ import (
 // The connection header. A connection to a node's Raft port opens with
 //
 //	magic   4 bytes  "FQRG"
-//	version 1 byte   HeaderVersion
+//	version 1 byte   HeaderVersion or HeaderMemberVersion
 //	length  1 byte   length of the group id, 1..MaxGroupIDLen
 //	group   length bytes
+//	length  1 byte   length of the member id, 0..MaxGroupIDLen (HeaderMemberVersion only)
+//	member  length bytes: the member of the group the connection is for
 //
-// and then carries hashicorp/raft's NetworkTransport protocol for that group.
+// and then carries hashicorp/raft's NetworkTransport protocol for that group
+// (or, for RPCGroup, node-to-node calls).
 const (
 	headerMagic = "FQRG"
-	// HeaderVersion is the version byte of the connection header.
+	// HeaderVersion is the version byte of a header that names a group
+	// only; every version reads it.
 	HeaderVersion = 1
+	// HeaderMemberVersion is the version byte of a header that also names
+	// the member of the group it is for: the mux refuses it when the
+	// group's member on this node is another one. Nodes of
+	// RaftProtocol 2 and later read it.
+	HeaderMemberVersion = 2
 	// MaxGroupIDLen is the longest group id the header can carry.
 	MaxGroupIDLen = 255
 )
+
+// What a node speaks on its Raft port, as its gossip metadata says
+// (NodeMeta.RaftProtocol; Mux.SetProtocols).
+const (
+	// ProtocolUnknown: nothing is known of the node at an address.
+	ProtocolUnknown = 0
+	// ProtocolGroups: headers naming a group only (HeaderVersion), and
+	// the voter's id smuggled in RequestVote (votegate.go). The versions
+	// before RaftProtocol 2, which do not advertise one.
+	ProtocolGroups = 1
+	// RaftProtocol is what this version speaks and advertises:
+	// ProtocolGroups, plus headers naming a member (HeaderMemberVersion)
+	// and node-to-node calls (RPCGroup).
+	RaftProtocol = 2
+)
+
+// MemberAddress is the address a Layer dials to reach member of its
+// group at addr (host:port): the connection's header names the member.
+// Raft's configurations keep plain addresses; the vote gate makes these
+// for each request from the server id Raft gives with it.
+func MemberAddress(addr, member string) string { return addr + "/" + member }
+
+// splitMemberAddress is MemberAddress undone; member is empty for a plain
+// address. A host:port never holds "/", a member id may.
+func splitMemberAddress(s string) (addr, member string) {
+	addr, member, _ = strings.Cut(s, "/")
+	return addr, member
+}
 
 const (
 	// HeaderTimeout is how long an accepted connection has to send its
@@ -45,9 +83,11 @@ const (
 )
 
 // Mux splits one TCP listener between the Raft groups of a node. Each
-// connection opens with a header naming its group (see HeaderVersion); the
-// Mux reads it and hands the connection to that group's Layer. A bad header
-// or an unknown group closes the connection and nothing else.
+// connection opens with a header naming its group, and maybe the member of
+// the group it is for (see HeaderVersion); the Mux reads it and hands the
+// connection to that group's Layer. A bad header, an unknown group, or a
+// member other than the one the group's Layer is for, closes the
+// connection and nothing else.
 //
 // Lifecycle: NewMux, Layer for each group (before or after Start), Start,
 // and Close after every Group using the mux is closed.
@@ -59,11 +99,30 @@ type Mux struct {
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
+	// protocols tells what the node at a Raft address speaks; nil: every
+	// node speaks RaftProtocol.
+	protocols atomic.Pointer[func(addr string) int]
+
 	mu      sync.Mutex
 	layers  map[string]*Layer
 	pending map[net.Conn]struct{} // accepted, header not read yet
 	started bool
 	closed  bool
+}
+
+// SetProtocols sets how the mux learns what the node at a Raft address
+// speaks (ProtocolUnknown, ProtocolGroups, RaftProtocol...): usually
+// Membership.ProtocolOf. Without it every node is taken to speak
+// RaftProtocol. Headers naming a member go only to nodes that speak it.
+func (m *Mux) SetProtocols(f func(addr string) int) { m.protocols.Store(&f) }
+
+// Protocol returns what the node at a Raft address speaks, as far as the
+// mux knows.
+func (m *Mux) Protocol(addr string) int {
+	if f := m.protocols.Load(); f != nil && *f != nil {
+		return (*f)(addr)
+	}
+	return RaftProtocol
 }
 
 // NewMux returns a Mux serving ln. It starts nothing: call Start. A nil
@@ -136,8 +195,15 @@ func (m *Mux) Close() error {
 
 // Layer registers group on the mux and returns its stream layer, which
 // hashicorp/raft's NetworkTransport uses to accept and dial connections of
-// that group. Closing the Layer unregisters it.
-func (m *Mux) Layer(group string) (*Layer, error) {
+// that group. Closing the Layer unregisters it. The layer takes
+// connections for any member (see MemberLayer).
+func (m *Mux) Layer(group string) (*Layer, error) { return m.MemberLayer(group, "") }
+
+// MemberLayer is Layer for the group's member on this node: a connection
+// whose header names another member of the group (a request meant for a
+// member that was at this address before) is refused. An empty member
+// takes any.
+func (m *Mux) MemberLayer(group, member string) (*Layer, error) {
 	if err := checkGroupID(group); err != nil {
 		return nil, err
 	}
@@ -149,12 +215,16 @@ func (m *Mux) Layer(group string) (*Layer, error) {
 	if _, ok := m.layers[group]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrGroupExists, group)
 	}
+	if len(member) > MaxGroupIDLen {
+		return nil, fmt.Errorf("%w: member id of %d bytes", ErrBadGroupID, len(member))
+	}
 	l := &Layer{
-		mux:   m,
-		group: group,
-		ch:    make(chan net.Conn, layerBacklog),
-		done:  make(chan struct{}),
-		conns: make(map[*layerConn]struct{}),
+		mux:    m,
+		group:  group,
+		member: member,
+		ch:     make(chan net.Conn, layerBacklog),
+		done:   make(chan struct{}),
+		conns:  make(map[*layerConn]struct{}),
 	}
 	m.layers[group] = l
 	return l, nil
@@ -205,7 +275,7 @@ func (m *Mux) handshake(c net.Conn) {
 	defer m.wg.Done()
 	defer func() { <-m.sem }()
 	deadline := time.Now().Add(HeaderTimeout)
-	group, err := readHeader(c, deadline)
+	group, member, err := readHeader(c, deadline)
 	var l *Layer
 	if err == nil {
 		m.mu.Lock()
@@ -213,6 +283,12 @@ func (m *Mux) handshake(c net.Conn) {
 		m.mu.Unlock()
 		if l == nil {
 			err = fmt.Errorf("unknown group %q", group)
+		} else if member != "" && l.member != "" && member != l.member {
+			// Addressed to a member this node no longer runs: answering
+			// as it would let a new, empty member vote in the old one's
+			// name (cluster/DESIGN.md, "A vote is asked of a member").
+			l.refused.Add(1)
+			err = fmt.Errorf("group %q: connection for member %q, this node runs %q", group, member, l.member)
 		}
 	}
 	if err != nil {
@@ -242,40 +318,65 @@ func (m *Mux) unregister(l *Layer) {
 }
 
 // readHeader reads the connection header from c, which must arrive before
-// deadline, and clears the deadline again.
-func readHeader(c net.Conn, deadline time.Time) (string, error) {
+// deadline, and clears the deadline again. member is empty for a header
+// of HeaderVersion.
+func readHeader(c net.Conn, deadline time.Time) (group, member string, err error) {
 	if err := c.SetReadDeadline(deadline); err != nil {
-		return "", err
+		return "", "", err
 	}
 	var fixed [len(headerMagic) + 2]byte
 	if _, err := io.ReadFull(c, fixed[:]); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadHeader, err)
+		return "", "", fmt.Errorf("%w: %v", ErrBadHeader, err)
 	}
 	if string(fixed[:len(headerMagic)]) != headerMagic {
-		return "", fmt.Errorf("%w: bad magic %q", ErrBadHeader, fixed[:len(headerMagic)])
+		return "", "", fmt.Errorf("%w: bad magic %q", ErrBadHeader, fixed[:len(headerMagic)])
 	}
-	if v := fixed[len(headerMagic)]; v != HeaderVersion {
-		return "", fmt.Errorf("%w: version %d", ErrBadHeader, v)
+	v := fixed[len(headerMagic)]
+	if v != HeaderVersion && v != HeaderMemberVersion {
+		return "", "", fmt.Errorf("%w: version %d", ErrBadHeader, v)
 	}
 	n := int(fixed[len(headerMagic)+1])
 	if n == 0 {
-		return "", fmt.Errorf("%w: empty group id", ErrBadHeader)
+		return "", "", fmt.Errorf("%w: empty group id", ErrBadHeader)
 	}
-	id := make([]byte, n)
-	if _, err := io.ReadFull(c, id); err != nil {
-		return "", fmt.Errorf("%w: group id: %v", ErrBadHeader, err)
+	if group, err = readID(c, n); err != nil {
+		return "", "", fmt.Errorf("%w: group id: %v", ErrBadHeader, err)
+	}
+	if v == HeaderMemberVersion {
+		var l [1]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return "", "", fmt.Errorf("%w: member id: %v", ErrBadHeader, err)
+		}
+		if member, err = readID(c, int(l[0])); err != nil {
+			return "", "", fmt.Errorf("%w: member id: %v", ErrBadHeader, err)
+		}
 	}
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		return "", "", err
+	}
+	return group, member, nil
+}
+
+func readID(c net.Conn, n int) (string, error) {
+	id := make([]byte, n)
+	if _, err := io.ReadFull(c, id); err != nil {
 		return "", err
 	}
 	return string(id), nil
 }
 
-// appendHeader appends the connection header for group to b.
-func appendHeader(b []byte, group string) []byte {
+// appendHeader appends the connection header for group to b; with a
+// member, the header names it too (HeaderMemberVersion).
+func appendHeader(b []byte, group string, member ...string) []byte {
 	b = append(b, headerMagic...)
-	b = append(b, HeaderVersion, byte(len(group)))
-	return append(b, group...)
+	if len(member) == 0 || member[0] == "" {
+		b = append(b, HeaderVersion, byte(len(group)))
+		return append(b, group...)
+	}
+	b = append(b, HeaderMemberVersion, byte(len(group)))
+	b = append(b, group...)
+	b = append(b, byte(len(member[0])))
+	return append(b, member[0]...)
 }
 
 // Layer is one group's share of a Mux: a raft.StreamLayer whose Accept
@@ -284,10 +385,13 @@ func appendHeader(b []byte, group string) []byte {
 // dialled, and Close closes them all, so closing a Group frees all its
 // sockets. Other groups on the mux are not affected.
 type Layer struct {
-	mux   *Mux
-	group string
-	ch    chan net.Conn
-	done  chan struct{}
+	mux    *Mux
+	group  string
+	member string // the group's member on this node; "" takes any
+	ch     chan net.Conn
+	done   chan struct{}
+	// refused counts the connections refused for naming another member.
+	refused atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[*layerConn]struct{}
@@ -337,19 +441,24 @@ func (l *Layer) Close() error {
 func (l *Layer) Addr() net.Addr { return l.mux.ln.Addr() }
 
 // Dial connects to the Raft port at address and sends the header naming the
-// layer's group. The timeout covers the connection and the header.
+// layer's group, and the member if address names one (MemberAddress). The
+// timeout covers the connection and the header.
 func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	select {
 	case <-l.done:
 		return nil, fmt.Errorf("cluster: layer %q: %w", l.group, ErrClosed)
 	default:
 	}
+	addr, member := splitMemberAddress(string(address))
+	if len(member) > MaxGroupIDLen {
+		return nil, fmt.Errorf("%w: member id of %d bytes", ErrBadGroupID, len(member))
+	}
 	deadline := time.Now().Add(timeout)
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	hdr := appendHeader(make([]byte, 0, len(headerMagic)+2+len(l.group)), l.group)
+	hdr := appendHeader(make([]byte, 0, len(headerMagic)+3+len(l.group)+len(member)), l.group, member)
 	if err := c.SetWriteDeadline(deadline); err != nil {
 		c.Close()
 		return nil, err

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -170,7 +171,7 @@ func TestMuxDropsBadConnections(t *testing.T) {
 	}{
 		{"garbage", []byte("GET / HTTP/1.1\r\n\r\n")},
 		{"bad magic", header("FQRX", HeaderVersion, "steady")},
-		{"bad version", header(headerMagic, HeaderVersion+1, "steady")},
+		{"bad version", header(headerMagic, HeaderMemberVersion+1, "steady")},
 		{"empty group", header(headerMagic, HeaderVersion, "")},
 		{"unknown group", header(headerMagic, HeaderVersion, "nope")},
 		{"short group", header(headerMagic, HeaderVersion, "steady")[:8]},
@@ -248,5 +249,65 @@ func TestMuxCloseEndsPendingHandshakes(t *testing.T) {
 	}
 	if _, err := l.Dial(raft.ServerAddress(ln.Addr().String()), time.Second); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Dial on a closed layer: %v", err)
+	}
+}
+
+// A header naming a member reaches the layer of that member, or of a
+// group that takes any member; a layer whose member is another refuses
+// it and counts it. A plain address names no member and is taken.
+func TestMuxMemberHeader(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	a, b := nodes[0].mux, nodes[1].mux
+	dialer, err := a.Layer("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialer.Close()
+	dial := func(member string) net.Conn {
+		t.Helper()
+		addr := nodes[1].addr()
+		if member != "" {
+			addr = MemberAddress(addr, member)
+		}
+		c, err := dialer.Dial(raft.ServerAddress(addr), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	l, err := b.MemberLayer("g", "n1@7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, member := range []string{"n1@7", ""} {
+		acc := acceptOne(t, l)
+		dial(member)
+		recvConn(t, acc)
+	}
+	c := dial("n1") // the member that was at this address before
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF && !isReset(err) {
+		t.Fatalf("a connection for another member: %v, want it closed", err)
+	}
+	if n := l.refused.Load(); n != 1 {
+		t.Fatalf("%d connections refused, want 1", n)
+	}
+	l.Close()
+	taker, err := b.Layer("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taker.Close()
+	acc := acceptOne(t, taker)
+	dial("n1")
+	recvConn(t, acc)
+
+	if got, want := appendHeader(nil, "g", "m"), []byte("FQRG\x02\x01g\x01m"); !bytes.Equal(got, want) {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+	if got, want := appendHeader(nil, "g"), []byte("FQRG\x01\x01g"); !bytes.Equal(got, want) {
+		t.Fatalf("header %q, want %q", got, want)
 	}
 }

@@ -15,7 +15,8 @@ var errPipelineBroken = errors.New("cluster: the follower refused a pipelined ap
 // AppendEntriesPipeline implements raft.Transport: NetworkTransport's
 // pipeline, guarded (pipeline below).
 func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	p, err := g.NetworkTransport.AppendEntriesPipeline(id, target)
+	addr, _ := g.to(id, target)
+	p, err := g.NetworkTransport.AppendEntriesPipeline(id, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -10,19 +11,30 @@ import (
 )
 
 // voteGate is the group's transport as Raft sees it: NetworkTransport,
-// with each vote request addressed to a server id, not only to an
-// address, and answered "no" by a server with another id.
+// with each request addressed to a member (a server id), not only to an
+// address, and refused by a server that is another member.
 //
 // Votes are counted by the id the candidate asked, but go to an address. A
 // server started at the address of a member the group has not removed yet
 // (a node given a partition back, or renewing a damaged copy, under a new
 // server id) would cast that member's vote with its own, shorter log, and
 // could elect a candidate missing entries the member had acknowledged. So
-// the gate of the candidate writes the id it asks into the request (in
-// RequestVote's Candidate field, which hashicorp/raft no longer reads: the
-// RPC header carries the candidate's address), and the gate of the voter
-// refuses a request meant for another id. A request without it (from an
-// older node) is answered only by a server in its own configuration.
+// the gate dials every request to the member Raft names with it: to a node
+// that speaks RaftProtocol, at MemberAddress(address, id), whose
+// connection header names the member, and the receiving node's mux refuses
+// a connection for a member of the group it does not run. Raft's
+// configurations keep plain addresses: nothing on disk changes.
+//
+// A node of an older version (ProtocolGroups, or not known yet: gossip has
+// not told) reads only headers that name a group. To it the gate dials the
+// plain address and writes the id of the member asked into each
+// RequestVote, in the Candidate field hashicorp/raft no longer reads (its
+// RPC header carries the candidate's address), as older versions do; and a
+// request that carries an id there is refused by a server with another id,
+// as older versions refuse it. A request that carries none comes over a
+// header naming the member, which the mux checked (or from a version older
+// than the one that began to write the id, which a rolling upgrade must
+// not skip: see cluster/DESIGN.md).
 //
 // A server asked under its own id votes as Raft says, even with an empty
 // log or a configuration that does not hold it yet: that is its true state,
@@ -39,6 +51,7 @@ import (
 // wedges the leader's replication to it.
 type voteGate struct {
 	*raft.NetworkTransport
+	mux     *Mux
 	local   raft.ServerID
 	raft    atomic.Pointer[raft.Raft]
 	out     chan raft.RPC
@@ -52,8 +65,8 @@ type voteGate struct {
 	campaigns atomic.Int64
 }
 
-func newVoteGate(t *raft.NetworkTransport, local raft.ServerID) *voteGate {
-	g := &voteGate{NetworkTransport: t, local: local, out: make(chan raft.RPC), stop: make(chan struct{})}
+func newVoteGate(t *raft.NetworkTransport, mux *Mux, local raft.ServerID) *voteGate {
+	g := &voteGate{NetworkTransport: t, mux: mux, local: local, out: make(chan raft.RPC), stop: make(chan struct{})}
 	g.wg.Add(1)
 	go g.loop()
 	return g
@@ -69,30 +82,48 @@ var errNotMember = errors.New("cluster: not a member of the group's configuratio
 // TimeoutNow sent to it.
 var errRetired = errors.New("cluster: this member is retired: it never campaigns")
 
-// voterPrefix starts the voter's id in a RequestVote's Candidate field; an
-// address never starts with a NUL byte.
+// voterPrefix starts the voter's id in a RequestVote's Candidate field, for
+// and from nodes that do not read headers naming a member; an address
+// never starts with a NUL byte.
 const voterPrefix = "\x00voter:"
 
-// RequestVote implements raft.Transport: the request names the server it
-// asks; a retired server asks nobody.
+// to returns where to dial member id at target: MemberAddress when the
+// node there reads headers naming a member; otherwise the plain address,
+// and legacy is true.
+func (g *voteGate) to(id raft.ServerID, target raft.ServerAddress) (addr raft.ServerAddress, legacy bool) {
+	if g.mux.Protocol(string(target)) >= RaftProtocol {
+		return raft.ServerAddress(MemberAddress(string(target), string(id))), false
+	}
+	return target, true
+}
+
+// RequestVote implements raft.Transport: the request goes to the member
+// asked; a retired server asks nobody.
 func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	if g.retired.Load() {
 		g.campaigns.Add(1)
 		return errRetired
 	}
+	addr, legacy := g.to(id, target)
+	if !legacy {
+		return g.NetworkTransport.RequestVote(id, addr, args, resp)
+	}
 	// Raft sends one request to every peer: each gets its own copy.
 	req := *args
-	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id
+	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id, for older nodes
 	req.Candidate = []byte(voterPrefix + string(id))
-	return g.NetworkTransport.RequestVote(id, target, &req, resp)
+	return g.NetworkTransport.RequestVote(id, addr, &req, resp)
 }
 
-// meantFor reports whether a vote request is meant for this server.
+// meantFor reports whether a vote request is meant for this server: one
+// that names its voter (from a node that does not know this one reads
+// headers naming a member) names this server's id; one that does not came
+// over a header the mux checked.
 func (g *voteGate) meantFor(req *raft.RequestVoteRequest) bool {
-	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id
+	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id, from older nodes
 	to, ok := bytes.CutPrefix(req.Candidate, []byte(voterPrefix))
 	if !ok {
-		return g.member()
+		return true
 	}
 	//lint:ignore SA1019 restored to what older versions of Raft read
 	req.Candidate = req.Addr
@@ -105,7 +136,26 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 		g.campaigns.Add(1)
 		return errRetired
 	}
-	return g.NetworkTransport.RequestPreVote(id, target, args, resp)
+	addr, _ := g.to(id, target)
+	return g.NetworkTransport.RequestPreVote(id, addr, args, resp)
+}
+
+// AppendEntries implements raft.Transport, to the member Raft names.
+func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	addr, _ := g.to(id, target)
+	return g.NetworkTransport.AppendEntries(id, addr, args, resp)
+}
+
+// InstallSnapshot implements raft.Transport, to the member Raft names.
+func (g *voteGate) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	addr, _ := g.to(id, target)
+	return g.NetworkTransport.InstallSnapshot(id, addr, args, resp, data)
+}
+
+// TimeoutNow implements raft.Transport, to the member Raft names.
+func (g *voteGate) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	addr, _ := g.to(id, target)
+	return g.NetworkTransport.TimeoutNow(id, addr, args, resp)
 }
 
 // loop passes RPCs on to Raft, answering the refused ones itself. It ends

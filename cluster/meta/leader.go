@@ -1,0 +1,290 @@
+package meta
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fabriq-io/fabriq/cluster"
+)
+
+// bootstrapLoop waits until gossip shows BootstrapExpect live nodes and,
+// if this node is among the BootstrapExpect lowest ids, bootstraps the
+// metadata group with them. Every such node computes the same set and
+// bootstraps with the same configuration, which Raft allows; the others
+// wait for the leader to add them. A group that has a configuration
+// already is left alone.
+func (s *Service) bootstrapLoop() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if servers, err := s.group.Servers(s.ctx); err == nil && len(servers) > 0 {
+			return
+		}
+		if set, ok := bootstrapSet(s.cfg.Gossip.Members(), s.cfg.BootstrapExpect); ok {
+			if slices.ContainsFunc(set, func(sv cluster.Server) bool { return sv.ID == s.cfg.Self.ID }) {
+				if err := s.group.Bootstrap(s.ctx, set); err != nil {
+					s.logger.Error("bootstrapping the metadata group failed", "err", err)
+				} else {
+					s.logger.Info("bootstrapped the metadata group", "voters", len(set))
+				}
+			}
+			return
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.cfg.Gossip.Changed():
+		case <-tick.C:
+		}
+	}
+}
+
+// bootstrapSet returns the voters that bootstrap the metadata group: the
+// expect live members of lowest id, once there are that many.
+func bootstrapSet(members []cluster.Member, expect int) ([]cluster.Server, bool) {
+	var live []cluster.Member
+	for _, m := range members {
+		if m.State == cluster.MemberAlive {
+			live = append(live, m)
+		}
+	}
+	if len(live) < expect {
+		return nil, false
+	}
+	slices.SortFunc(live, func(a, b cluster.Member) int { return strings.Compare(a.ID, b.ID) })
+	var set []cluster.Server
+	for _, m := range live[:expect] {
+		set = append(set, cluster.Server{ID: m.ID, Address: m.RaftAddr, Voter: true})
+	}
+	return set, true
+}
+
+// leaderLoop runs on every node and does the metadata leader's work while
+// this node leads: it records the nodes gossip sees in the catalog and
+// the metadata group, and moves the replicas of dead nodes.
+func (s *Service) leaderLoop() {
+	w := s.group.WatchLeader()
+	defer w.Stop()
+	tick := time.NewTicker(leaderTick)
+	defer tick.Stop()
+	leader := false
+	var changes <-chan struct{}
+	if s.cfg.Gossip != nil {
+		changes = s.cfg.Gossip.Changed()
+	}
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case l, ok := <-w.C:
+			if !ok {
+				return
+			}
+			leader = l.IsLeader
+		case <-changes:
+		case <-tick.C:
+		}
+		if leader {
+			s.reconcileMembers()
+			s.replaceDead()
+		}
+	}
+}
+
+// liveNodes returns the nodes to register: those gossip sees alive, as
+// they advertise themselves; this node alone without gossip.
+func (s *Service) liveNodes() []Node {
+	if s.cfg.Gossip == nil {
+		return []Node{s.cfg.Self}
+	}
+	var want []Node
+	for _, m := range s.cfg.Gossip.Members() {
+		if m.State == cluster.MemberAlive {
+			want = append(want, Node{ID: m.ID, ClientAddr: m.ClientAddr, RaftAddr: m.RaftAddr, Region: m.Region})
+		}
+	}
+	slices.SortFunc(want, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	return want
+}
+
+// reconcileMembers registers the live nodes in the catalog and adds them
+// to the metadata group.
+func (s *Service) reconcileMembers() {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	want := s.liveNodes()
+	for _, n := range Registrations(want, s.catalog.Node) {
+		if _, err := s.apply(ctx, RegisterNode(n)); err != nil {
+			s.logger.Warn("registering a node failed", "node", n.ID, "err", err)
+			return
+		}
+	}
+	servers, err := s.group.Servers(ctx)
+	if err != nil {
+		return
+	}
+	for _, c := range MetaChanges(want, servers, MaxVoters) {
+		add, what := s.group.AddNonvoter, "non-voter"
+		if c.Voter {
+			add, what = s.group.AddVoter, "voter"
+		}
+		if err := add(ctx, c.ID, c.Addr); err != nil {
+			s.logger.Warn("adding a metadata "+what+" failed", "node", c.ID, "err", err)
+		}
+	}
+}
+
+// replaceDead moves the replicas of nodes dead for longer than
+// ReplaceDeadAfter to live nodes: for each partition that may move one
+// (FindRepairs) and has settled its last change (Settled, one batched
+// call per node for the whole round), one entry swaps a dead node for the
+// least loaded live node (Target). The partition's leader then changes its
+// group to match.
+func (s *Service) replaceDead() {
+	if s.cfg.Gossip == nil || s.cfg.ReplaceDeadAfter <= 0 {
+		return
+	}
+	members := s.cfg.Gossip.Members()
+	dead := DeadNodes(members, s.cfg.Self.ID, time.Now(), s.cfg.ReplaceDeadAfter)
+	if len(dead) == 0 {
+		return
+	}
+	live := LiveNodes(members, s.cfg.Self.ID)
+	streams := s.catalog.Streams()
+	repairs, lost := FindRepairs(streams, dead, live)
+	s.noteLost(lost)
+	if len(repairs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	leaders, views := s.settledViews(ctx, repairs)
+	load := Load(streams)
+	for _, r := range repairs {
+		if err := Settled(r.Members, r.Placement, r.Leaving, leaders[r.Name], views.of(r.Name)); err != nil {
+			s.noteOnce("unsettled "+r.Key(), true, "partition has a dead replica but has not finished its last membership change; not moving it yet",
+				"stream", r.Stream, "partition", r.Partition, "reason", err)
+			continue
+		}
+		s.noteOnce("unsettled "+r.Key(), false, "")
+		if !s.move(ctx, r, live, load) {
+			return
+		}
+	}
+}
+
+// move proposes the move of one of a partition's dead replicas to the
+// least loaded live node, and counts it in load. It reports false when
+// the metadata group failed: the round ends.
+func (s *Service) move(ctx context.Context, r Repair, live []string, load map[string]int) bool {
+	for _, old := range r.Leaving {
+		to, ok := Target(r.Placement, live, load)
+		if !ok {
+			s.noteOnce("full "+r.Key(), true, "no live node to move a replica to",
+				"stream", r.Stream, "partition", r.Partition, "from", old, "replicas", r.Placement)
+			continue
+		}
+		s.noteOnce("full "+r.Key(), false, "")
+		if _, err := s.apply(ctx, ReplaceReplica{Stream: r.Stream, Partition: r.Partition, Old: old, New: to}); err != nil {
+			s.logger.Warn("moving a replica failed", "stream", r.Stream, "partition", r.Partition, "from", old, "err", err)
+			return false
+		}
+		s.logger.Info("replica moved off a dead node", "stream", r.Stream, "partition", r.Partition, "from", old, "to", to)
+		load[to]++
+		load[old]--
+		return true // one move per partition per round
+	}
+	return true
+}
+
+// noteLost logs, once per partition until it recovers, the partitions
+// whose live replicas are not a majority.
+func (s *Service) noteLost(lost []Repair) {
+	keys := map[string]bool{}
+	for _, r := range lost {
+		keys["lost "+r.Key()] = true
+		s.noteOnce("lost "+r.Key(), true, "partition has lost the majority of its replicas; not moving them",
+			"stream", r.Stream, "partition", r.Partition, "replicas", r.Placement)
+	}
+	for k := range s.notes {
+		if strings.HasPrefix(k, "lost ") && !keys[k] {
+			delete(s.notes, k)
+		}
+	}
+}
+
+// noteOnce logs msg as a warning the first time a condition (key) holds,
+// and forgets it when it no longer does (on is false), so that a
+// condition that lasts is logged once, not every round.
+func (s *Service) noteOnce(key string, on bool, msg string, args ...any) {
+	if !on {
+		delete(s.notes, key)
+		return
+	}
+	if !s.notes[key] {
+		s.notes[key] = true
+		s.logger.Warn(msg, args...)
+	}
+}
+
+// balanceLoop evens out partition leaders: every BalanceInterval, a node
+// that leads more than its share hands one leadership to a replica that
+// leads less (BalanceLeaders). One move per round per node keeps the
+// cluster calm.
+func (s *Service) balanceLoop() {
+	tick := time.NewTicker(s.cfg.BalanceInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if s.cfg.Gossip != nil {
+			s.balance()
+		}
+	}
+}
+
+// balance makes one round of balanceLoop.
+func (s *Service) balance() {
+	leaders := map[string]string{}
+	replicas := map[string][]string{}
+	members := map[string][]string{}
+	for _, st := range s.catalog.Streams() {
+		names, err := st.PartitionNames()
+		if err != nil {
+			continue
+		}
+		for i, name := range names {
+			if id := s.cfg.Host.LeaderOf(name); id != "" && i < len(st.Placement) {
+				leaders[name] = id
+				replicas[name] = st.Placement[i]
+				members[name] = st.Members(i)
+			}
+		}
+	}
+	move, ok := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID))
+	if !ok {
+		return
+	}
+	info, known := s.catalog.Node(move.To)
+	if !known {
+		return
+	}
+	to := move.To
+	for _, id := range members[move.Partition] {
+		if NodeOf(id) == move.To {
+			to = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, transferTimeout)
+	defer cancel()
+	if err := s.cfg.Host.TransferLeadership(ctx, move.Partition, to, info.RaftAddr); err != nil {
+		s.logger.Debug("leader balancing transfer failed", "partition", move.Partition, "to", move.To, "err", err)
+	} else {
+		s.logger.Info("leadership handed over to even out leaders", "partition", move.Partition, "to", move.To)
+	}
+}
