@@ -26,6 +26,9 @@ type raftGroup interface {
 	// Propose proposes an entry without waiting; futures complete in the
 	// order entries were proposed.
 	Propose(cmd []byte, timeout time.Duration) raft.ApplyFuture
+	// Wait waits for a proposal's future, or fails it once the group
+	// has closed (hashicorp/raft may drop a future at shutdown).
+	Wait(f raft.Future) error
 	// Apply proposes an entry and waits for the state machine's answer.
 	Apply(ctx context.Context, cmd []byte) (any, error)
 	IsLeader() bool
@@ -434,7 +437,7 @@ func (p *partition) failQueued() {
 func (p *partition) commitLoop() {
 	defer p.wg.Done()
 	for in := range p.inflight {
-		err := in.future.Error()
+		err := p.group.Wait(in.future)
 		var results []fsm.SendResult
 		if err == nil {
 			results, err = fsm.Answer(fsm.Send{}, in.future.Response())

@@ -61,6 +61,9 @@ type Group struct {
 	obsCh   chan raft.Observation
 	stop    chan struct{} // closed by Close: stops the leadership loop
 	stopped chan struct{} // closed when the leadership loop returned
+	// down is closed by Close once Raft was told to shut down and had
+	// its time to: a future still pending then may never complete (Wait).
+	down chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,6 +98,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		obsCh:    make(chan raft.Observation, 16),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		down:     make(chan struct{}),
 		watchers: make(map[*LeaderWatch]struct{}),
 	}
 	var undo []func()
@@ -391,7 +395,8 @@ func (g *Group) Snapshot(ctx context.Context) error {
 }
 
 // Close stops the group, in this order: new operations are refused with
-// ErrClosed; Raft shuts down (its goroutines stop and pending futures fail),
+// ErrClosed; Raft shuts down (its goroutines stop and pending futures fail,
+// but for those hashicorp/raft drops, which Wait gives up on from here),
 // waiting up to ShutdownTimeout; if that runs out, the group's connections
 // are closed to unblock it; the transport and the Layer close, which closes
 // every connection of the group; the waits on Raft futures return (up to
@@ -415,6 +420,7 @@ func (g *Group) close() error {
 	_, err := g.await(ctx, "shutdown", func(time.Duration) raft.Future { return g.raft.Shutdown() })
 	cancel()
 	raftStopped := err == nil
+	close(g.down)
 	if !raftStopped {
 		g.logger.Warn("raft did not stop in time; closing its connections", "timeout", g.cfg.ShutdownTimeout)
 		g.layer.Close()

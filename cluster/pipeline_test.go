@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -101,5 +102,41 @@ func TestPipelineNeverBlocksAfterARefusal(t *testing.T) {
 	}
 	if successes != accepted {
 		t.Errorf("Raft's reader saw %d successes, want %d", successes, accepted)
+	}
+}
+
+// stuckFuture is a future Raft dropped: its Error never returns until the
+// test releases it.
+type stuckFuture struct{ release chan struct{} }
+
+func (f stuckFuture) Error() error { <-f.release; return nil }
+
+// A proposal's future that hashicorp/raft dropped at shutdown (an entry
+// waiting for the state machine when Raft stopped) never completes on its
+// own; Wait gives it up once the group has closed, so a caller's loop
+// ends (a partition's commit loop waited on one for ever, and its copy
+// was never opened again).
+func TestWaitEndsWhenTheGroupCloses(t *testing.T) {
+	nodes := newTestNodes(t, 1)
+	g := openTestGroup(t, nodes[0], "g", newTestFSM(t.TempDir(), false), nil).Group
+	f := stuckFuture{release: make(chan struct{})}
+	defer close(f.release) // the watching goroutine ends with the test
+	res := make(chan error, 1)
+	go func() { res <- g.Wait(f) }()
+	select {
+	case err := <-res:
+		t.Fatalf("Wait returned %v before the group closed", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, raft.ErrRaftShutdown) {
+			t.Fatalf("Wait after Close: %v, want raft.ErrRaftShutdown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait on a dropped future did not return after the group closed")
 	}
 }
