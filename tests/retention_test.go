@@ -168,8 +168,13 @@ func TestClusterRetentionBoundsDisk(t *testing.T) {
 	// Bounded: far below what was produced, and not growing with it: the
 	// second half of the run needs no more room than the first.
 	// Most of what a partition keeps is Raft's log (raft.db), which its
-	// compaction bounds; the message log itself is a few segments.
-	const bound, logBound = 16 << 20, 4 << 20
+	// compaction bounds; the message log itself is a few segments. raft.db
+	// never shrinks: its size is the most Raft entries ever held between two
+	// compactions, more on a loaded machine where they are bigger and
+	// compactions later (17.3 MB seen with the two cores busy), so its
+	// bound is half of what is produced: a log that kept everything would
+	// pass all of it.
+	const bound, logBound = 24 << 20, 4 << 20
 	var firstHalf, secondHalf [3]int64
 	for r, s := range sizes {
 		for i := range s {
