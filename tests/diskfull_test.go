@@ -246,16 +246,6 @@ func freeOf(t testing.TB, disks []*smallDisk) string {
 	return strings.Join(parts, ", ")
 }
 
-// anyLogs reports whether a node logged a line containing s.
-func anyLogs(nodes []*clusterNode, s string) bool {
-	for _, n := range nodes {
-		if strings.Contains(n.logs.String(), s) {
-			return true
-		}
-	}
-	return false
-}
-
 // findLogDir returns the partition log directory under a node's data
 // directory: the one directory that holds log segments (*.log files).
 func findLogDir(t testing.TB, dataDir string) string {
