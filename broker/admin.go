@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -16,7 +17,7 @@ import (
 func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	p, err := geofabric.ParsePartition(name)
 	if err != nil {
-		return nil, wireError(transport.CodeInvalidName, "%v", err)
+		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	if _, ok := n.catalog.Stream(p.Stream.String()); !ok {
 		return nil, n.streamNotFound("stream %s does not exist", p.Stream)
@@ -30,7 +31,7 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 		}
 	}
 	if _, ok := n.partition(name); ok {
-		return nil, wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+		return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	return nil, n.notHere(name)
 }
@@ -41,9 +42,9 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 // client must not give up on a stream that exists).
 func (n *Node) streamNotFound(format string, args ...any) error {
 	if !n.catalogCurrent() {
-		return wireError(transport.CodeServiceNotReady, "node %s is catching up with the metadata group", n.cfg.NodeID)
+		return wire.Errorf(transport.CodeServiceNotReady, "node %s is catching up with the metadata group", n.cfg.NodeID)
 	}
-	return wireError(transport.CodeStreamNotFound, format, args...)
+	return wire.Errorf(transport.CodeStreamNotFound, format, args...)
 }
 
 // notHere is the answer for a partition this node does not run: a hint to
@@ -51,7 +52,7 @@ func (n *Node) streamNotFound(format string, args ...any) error {
 func (n *Node) notHere(name string) error {
 	p, err := geofabric.ParsePartition(name)
 	if err != nil {
-		return wireError(transport.CodeInvalidName, "%v", err)
+		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	sm, ok := n.catalog.Stream(p.Stream.String())
 	if !ok {
@@ -66,7 +67,7 @@ func (n *Node) notHere(name string) error {
 			return &transport.Error{Code: transport.CodeNotLeader, Message: "partition " + name + " is not on node " + n.cfg.NodeID, LeaderHint: info.ClientAddr}
 		}
 	}
-	return wireError(transport.CodeServiceNotReady, "partition %s is not open yet", name)
+	return wire.Errorf(transport.CodeServiceNotReady, "partition %s is not open yet", name)
 }
 
 // stream parses a stream name and finds it in the catalog, or returns the
@@ -74,7 +75,7 @@ func (n *Node) notHere(name string) error {
 func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
-		return st, meta.Stream{}, wireError(transport.CodeInvalidName, "%v", err)
+		return st, meta.Stream{}, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	sm, ok := n.catalog.Stream(st.String())
 	if !ok {
@@ -102,13 +103,13 @@ func (s *session) createStream(c *transport.CreateStream) {
 func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
-		return wireError(transport.CodeInvalidName, "%v", err)
+		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	if !n.control.IsLeader() {
 		return n.metaNotLeader(n.control.Leader())
 	}
 	if err := validRetention(retention); err != nil {
-		return wireError(transport.CodeInvalidArgument, "%v", err)
+		return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
 	}
 	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas, Retention: retentionFromWire(retention)}
 	placement, err := n.control.CreateStream(ctx, spec)
@@ -138,7 +139,7 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 	if !c.Force {
 		for _, p := range st.Partitions(sm.Partitions) {
 			if lp, ok := s.n.partition(p.String()); ok && lp.attached() {
-				s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
+				s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
 				return
 			}
 		}
@@ -157,7 +158,7 @@ func (s *session) setRetention(c *transport.SetRetention) {
 		return
 	}
 	if err := validRetention(c.Retention); err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "%v", err))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "%v", err))
 		return
 	}
 	if !s.n.control.IsLeader() {
@@ -174,7 +175,7 @@ func (s *session) setRetention(c *transport.SetRetention) {
 func (s *session) listStreams(c *transport.ListStreams) {
 	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
 	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
 	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
@@ -195,7 +196,7 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 	}
 	info := transport.StreamInfo{Stream: sm.Name, Replicas: int32(sm.Replicas), Retention: retentionToWire(sm.Retention)}
 	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= sm.Partitions) {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *c.Partition))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *c.Partition))
 		return
 	}
 	for i, p := range st.Partitions(sm.Partitions) {

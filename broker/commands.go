@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -104,16 +105,16 @@ func joinRefusal(sub string, err error) error {
 	var mismatch *fsm.ModeMismatchError
 	switch {
 	case errors.As(err, &tooMany):
-		return wireError(transport.CodeLimitExceeded, "subscription %s cannot be created: the partition has %d subscriptions, the limit (--max-subscriptions-per-partition)", sub, tooMany.Max)
+		return wire.Errorf(transport.CodeLimitExceeded, "subscription %s cannot be created: the partition has %d subscriptions, the limit (--max-subscriptions-per-partition)", sub, tooMany.Max)
 	case errors.As(err, &mismatch):
 		a, r := mismatch.Active, mismatch.Requested
 		if a.Mode != r.Mode {
-			return wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(wireMode(a.Mode)), modeName(wireMode(r.Mode)))
+			return wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(wireMode(a.Mode)), modeName(wireMode(r.Mode)))
 		}
-		return wireError(transport.CodeSubscriptionBusy, msgSubscriptionType,
+		return wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType,
 			keyPolicyName(wireKeyMode(a.KeyMode), a.OutOfOrder), keyPolicyName(wireKeyMode(r.KeyMode), r.OutOfOrder))
 	}
-	return wireError(transport.CodeSubscriptionBusy, "%v", err)
+	return wire.Errorf(transport.CodeSubscriptionBusy, "%v", err)
 }
 
 // apply proposes a command to the partition's group and waits for the

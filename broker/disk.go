@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -92,7 +93,7 @@ func (r *diskReserve) admit(size int) error {
 	cost := int64(size) * writeAmplification
 	if left := r.avail.Add(-cost); left < r.min {
 		r.avail.Add(cost) // not admitted: nothing will be written
-		return wireError(transport.CodeDiskFull,
+		return wire.Errorf(transport.CodeDiskFull,
 			"the partition leader's data directory has about %s free, below its reserve of %s (--min-free-disk): sends are refused until space is freed; try again later",
 			byteSize(left+cost), byteSize(r.min))
 	}

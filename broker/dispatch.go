@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
@@ -191,13 +192,13 @@ func busyError(err error) error {
 	var a *subscription.AssignError
 	switch {
 	case errors.As(err, &b) && b.Grace:
-		return wireError(transport.CodeConsumerBusy, msgExclusiveBusy+" (consumer '%s' keeps its place for the reconnect grace after a leader change)", b.Name)
+		return wire.Errorf(transport.CodeConsumerBusy, wire.ExclusiveBusy+" (consumer '%s' keeps its place for the reconnect grace after a leader change)", b.Name)
 	case errors.As(err, &b) && b.Exclusive:
-		return wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
+		return wire.Errorf(transport.CodeConsumerBusy, wire.ExclusiveBusy)
 	case errors.As(err, &b):
-		return wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, b.Name)
+		return wire.Errorf(transport.CodeConsumerBusy, wire.ConsumerNameBusy, b.Name)
 	case errors.As(err, &a):
-		return wireError(transport.CodeConsumerAssignError, "%v", a)
+		return wire.Errorf(transport.CodeConsumerAssignError, "%v", a)
 	}
 	return err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -810,7 +811,7 @@ func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	id, _ := g.Leader()
 	id = meta.NodeOf(id)
 	if id == "" {
-		return wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+		return wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	info, _ := n.catalog.Node(id)
 	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
@@ -865,14 +866,14 @@ func (n *Node) waitPartition(ctx context.Context, name string) (*localPartition,
 		n.mu.Unlock()
 		if ok {
 			if _, err := lp.group.WaitForLeader(ctx); err != nil {
-				return nil, wireError(transport.CodeTimeout, "partition %s has no leader: %v", name, err)
+				return nil, wire.Errorf(transport.CodeTimeout, "partition %s has no leader: %v", name, err)
 			}
 			return lp, nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, wireError(transport.CodeTimeout, "partition %s did not open: %v", name, ctx.Err())
+			return nil, wire.Errorf(transport.CodeTimeout, "partition %s did not open: %v", name, ctx.Err())
 		case <-n.stop:
 			return nil, errStopping
 		}
@@ -905,9 +906,9 @@ func (n *Node) acceptLoop() {
 		var over error
 		switch lim := n.cfg.Limits; {
 		case len(n.sessions) >= lim.MaxConnections:
-			over = wireError(transport.CodeLimitExceeded, "node %s serves %d connections, its limit (--max-connections); try again later or another node", n.cfg.NodeID, lim.MaxConnections)
+			over = wire.Errorf(transport.CodeLimitExceeded, "node %s serves %d connections, its limit (--max-connections); try again later or another node", n.cfg.NodeID, lim.MaxConnections)
 		case n.perAddr[host] >= lim.MaxConnectionsPerAddress:
-			over = wireError(transport.CodeLimitExceeded, "node %s serves %d connections from %s, its limit per client address (--max-connections-per-address)", n.cfg.NodeID, lim.MaxConnectionsPerAddress, host)
+			over = wire.Errorf(transport.CodeLimitExceeded, "node %s serves %d connections from %s, its limit per client address (--max-connections-per-address)", n.cfg.NodeID, lim.MaxConnectionsPerAddress, host)
 		}
 		if over != nil {
 			n.mu.Unlock()

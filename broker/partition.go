@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
@@ -294,7 +295,7 @@ func (p *partition) onApplied(_ uint64, data bool) {
 
 // errStopping is given to requests that were waiting when the partition
 // closed.
-var errStopping = wireError(transport.CodeServiceNotReady, "partition is closing")
+var errStopping = wire.Errorf(transport.CodeServiceNotReady, "partition is closing")
 
 // send queues a producer's batch; done is called once, after commit or on
 // failure. It blocks while the queue is full (backpressure on the
@@ -312,7 +313,7 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 	}
 	r.size = entrySize(r.producer, r.msgs)
 	if r.size > p.cfg.MaxEntryBytes {
-		r.done(nil, wireError(transport.CodeTooLarge, "a send of about %d bytes, stored, is above the limit of %d", r.size, p.cfg.MaxEntryBytes))
+		r.done(nil, wire.Errorf(transport.CodeTooLarge, "a send of about %d bytes, stored, is above the limit of %d", r.size, p.cfg.MaxEntryBytes))
 		return
 	}
 	// Refused before it is proposed: once committed, every replica must
@@ -326,7 +327,7 @@ func (p *partition) send(ctx context.Context, r *sendReq) {
 	select {
 	case p.sends <- r:
 	case <-ctx.Done():
-		r.done(nil, wireError(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
+		r.done(nil, wire.Errorf(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
 	case <-p.stop:
 		r.done(nil, errStopping)
 	}
@@ -463,7 +464,7 @@ func (p *partition) commitLoop() {
 				// what the log holds. Refused rather than acknowledged.
 				p.logger.Error("state machine answered a send with offsets the log does not hold",
 					"producer", r.producer, "offsets", results[i].Offsets, "messages", len(r.msgs), "next", next)
-				r.done(nil, wireError(transport.CodeUnknown, "the send's offsets could not be confirmed; nothing is acknowledged"))
+				r.done(nil, wire.Errorf(transport.CodeUnknown, "the send's offsets could not be confirmed; nothing is acknowledged"))
 				continue
 			}
 			r.done(results[i].Offsets, nil)
@@ -480,17 +481,17 @@ func sendRefusal(err error, msgs []transport.MessageData, lastSeq int64) error {
 	}
 	switch {
 	case errors.Is(err, fsm.ErrSequenceGap):
-		return wireError(transport.CodeOutOfOrderSequence,
+		return wire.Errorf(transport.CodeOutOfOrderSequence,
 			"%s below the producer's last stored id %d and never stored (an earlier send failed while a later one succeeded); nothing of the send is stored: send its messages again as new ones",
 			ids, lastSeq)
 	case errors.Is(err, fsm.ErrSequenceForgotten):
-		return wireError(transport.CodeOutOfOrderSequence,
+		return wire.Errorf(transport.CodeOutOfOrderSequence,
 			"%s below the producer's last stored id %d and older than the last %d sends kept for deduplication: whether it was stored cannot be told, so nothing of the send is stored or acknowledged",
 			ids, lastSeq, fsm.RecentSends)
 	case errors.Is(err, fsm.ErrSequenceOrder):
-		return wireError(transport.CodeInvalidArgument, "sequence ids must increase within a send")
+		return wire.Errorf(transport.CodeInvalidArgument, "sequence ids must increase within a send")
 	}
-	return wireError(transport.CodeUnknown, "%v", err)
+	return wire.Errorf(transport.CodeUnknown, "%v", err)
 }
 
 // heldOffsets reports whether offsets give each of n messages an offset the
@@ -514,23 +515,23 @@ func (p *partition) raftError(err error) error {
 		errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost):
 		return p.notLeader()
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, cluster.ErrTimeout):
-		return wireError(transport.CodeTimeout, "the partition's Raft group did not commit in time")
+		return wire.Errorf(transport.CodeTimeout, "the partition's Raft group did not commit in time")
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, cluster.ErrClosed):
 		return errStopping
 	case errors.Is(err, fsm.ErrHalted):
 		// Committed, and stored by the other replicas: a retry finds it
 		// there, deduplicated.
-		return wireError(transport.CodeServiceNotReady, "partition %s stopped on this node (%v); its other replicas take over", p.name, err)
+		return wire.Errorf(transport.CodeServiceNotReady, "partition %s stopped on this node (%v); its other replicas take over", p.name, err)
 	case errors.Is(err, syscall.ENOSPC):
 		// The leader could not store the entry in its Raft log: it steps
 		// down, and a member with space takes over.
-		return wireError(transport.CodeServiceNotReady, "partition %s: its leader's disk is full (%v); another replica takes over: try again", p.name, err)
+		return wire.Errorf(transport.CodeServiceNotReady, "partition %s: its leader's disk is full (%v); another replica takes over: try again", p.name, err)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		return te
 	}
-	return wireError(transport.CodeUnknown, "%v", err)
+	return wire.Errorf(transport.CodeUnknown, "%v", err)
 }
 
 // ack queues acks; done (if not nil) is called after commit.
@@ -595,7 +596,7 @@ func (p *partition) ackLoop() {
 		for i, r := range reqs {
 			rerr := err
 			if rerr == nil && i < len(errs) && errs[i] != nil && len(r.offsets) > 0 {
-				rerr = wireError(transport.CodeSubscriptionNotFound, "subscription %s does not exist", r.sub)
+				rerr = wire.Errorf(transport.CodeSubscriptionNotFound, "subscription %s does not exist", r.sub)
 			}
 			if rerr == nil {
 				if d := p.dispatcherOf(r.sub); d != nil {
@@ -659,7 +660,7 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	var pos uint64
 	if r.nonDurable {
 		if _, _, durable := p.fsm.Cursor(r.sub); durable {
-			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
+			return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
 		}
 		start := p.fsm.StartOffset()
 		switch {
@@ -714,9 +715,9 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	if d != nil && d.consumerCount() > 0 && (d.mode != r.mode || d.durable == r.nonDurable) {
 		p.mu.Unlock()
 		if d.durable == r.nonDurable {
-			return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", r.sub, map[bool]string{true: "consumer", false: "reader"}[d.durable])
+			return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", r.sub, map[bool]string{true: "consumer", false: "reader"}[d.durable])
 		}
-		return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(d.mode), modeName(r.mode))
+		return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(d.mode), modeName(r.mode))
 	}
 	var old *dispatcher
 	if d == nil || d.mode != r.mode || d.durable == r.nonDurable || d.keyMode != keyMode || d.outOfOrder != outOfOrder {
@@ -790,17 +791,17 @@ func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, o
 	d := p.dispatcherOf(r.sub)
 	connected := d != nil && d.consumerCount() > 0
 	if connected && !d.durable {
-		return nil, wireError(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.sub)
+		return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.sub)
 	}
 	if connected && len(ms) == 0 {
 		mode, km, ooo = d.mode, d.keyMode, d.outOfOrder
 	}
 	if len(ms) > 0 || connected {
 		if mode != r.mode {
-			return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(mode), modeName(r.mode))
+			return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(mode), modeName(r.mode))
 		}
 		if r.mode == transport.KeyShared && (km != keyMode || ooo != outOfOrder) {
-			return nil, wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, keyPolicyName(km, ooo), keyPolicyName(keyMode, outOfOrder))
+			return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, keyPolicyName(km, ooo), keyPolicyName(keyMode, outOfOrder))
 		}
 	}
 	if connected {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -190,7 +191,7 @@ func (n *Node) removeRetiredCopies() {
 // of older versions send): from is the connection's address.
 func (n *Node) renewReplica(partition, member string, from net.Addr) error {
 	if _, err := geofabric.ParsePartition(partition); err != nil {
-		return wireError(transport.CodeInvalidName, "%v", err)
+		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()

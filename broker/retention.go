@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -104,7 +105,7 @@ func (p *partition) checkQuota() error {
 	if q == nil || !q.exceeded {
 		return nil
 	}
-	return wireError(transport.CodeBacklogQuotaExceeded,
+	return wire.Errorf(transport.CodeBacklogQuotaExceeded,
 		"partition %s: backlog quota exceeded: the slowest subscription's backlog is about %d bytes, the quota %d (policy producer_exception); sends are refused until consumers acknowledge",
 		p.name, q.backlog, q.quota)
 }

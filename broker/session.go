@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
@@ -434,7 +435,7 @@ func (s *session) evictProducer(p *partition, name string) {
 
 // replyErr answers a request with an Error.
 func (s *session) replyErr(requestID uint64, err error) {
-	e := toWire(err)
+	e := wire.From(err)
 	e.RequestID = requestID
 	s.reply(e)
 }
@@ -517,7 +518,7 @@ func (s *session) handle(cmd transport.Command) {
 // localLeader finds a partition this node leads, or the error to answer.
 func (s *session) localLeader(name string) (*localPartition, error) {
 	if _, err := geofabric.ParsePartition(name); err != nil {
-		return nil, wireError(transport.CodeInvalidName, "%v", err)
+		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	lp, ok := s.n.partition(name)
 	if !ok {
@@ -553,7 +554,7 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	if name == "" {
 		name = fmt.Sprintf("%s-%d", s.n.cfg.NodeID, producerSeq.Add(1))
 	} else if err := geofabric.CheckClientName("producer", name); err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
 	lp, err := s.localLeader(c.Stream)
@@ -564,7 +565,7 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	s.mu.Lock()
 	if _, dup := s.producers[c.ProducerID]; dup {
 		s.mu.Unlock()
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "producer id %d is in use on this connection", c.ProducerID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "producer id %d is in use on this connection", c.ProducerID))
 		return
 	}
 	held := 0
@@ -575,11 +576,11 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	}
 	s.mu.Unlock()
 	if limit := s.n.cfg.Limits.MaxProducersPerConnection; held >= limit {
-		s.replyErr(c.RequestID, wireError(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.n.cfg.NodeID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.n.cfg.NodeID))
 		return
 	}
 	if !lp.claimProducer(name, s) {
-		s.replyErr(c.RequestID, wireError(transport.CodeProducerBusy, msgProducerBusy, name))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeProducerBusy, wire.ProducerBusy, name))
 		return
 	}
 	// A re-attach from this session replaces its earlier producer ids.
@@ -623,31 +624,31 @@ func (s *session) send(c *transport.Send) {
 		first = c.Messages[0].SequenceID
 	}
 	fail := func(err error) {
-		e := toWire(err)
+		e := wire.From(err)
 		s.reply(&transport.SendError{ProducerID: c.ProducerID, SequenceID: first, Code: e.Code, Message: e.Message, LeaderHint: e.LeaderHint})
 	}
 	if p == nil {
-		fail(wireError(transport.CodeProducerNotFound, "no producer %d on this connection", c.ProducerID))
+		fail(wire.Errorf(transport.CodeProducerNotFound, "no producer %d on this connection", c.ProducerID))
 		return
 	}
 	if len(c.Messages) == 0 {
-		fail(wireError(transport.CodeInvalidArgument, "a send needs at least one message"))
+		fail(wire.Errorf(transport.CodeInvalidArgument, "a send needs at least one message"))
 		return
 	}
 	size := 0
 	for i, m := range c.Messages {
 		size += len(m.Payload)
 		if len(m.Payload) > s.n.cfg.MaxMessageBytes {
-			fail(wireError(transport.CodeTooLarge, "message of %d bytes is above the limit of %d", len(m.Payload), s.n.cfg.MaxMessageBytes))
+			fail(wire.Errorf(transport.CodeTooLarge, "message of %d bytes is above the limit of %d", len(m.Payload), s.n.cfg.MaxMessageBytes))
 			return
 		}
 		if i > 0 && m.SequenceID <= c.Messages[i-1].SequenceID {
-			fail(wireError(transport.CodeInvalidArgument, "sequence ids must increase within a send"))
+			fail(wire.Errorf(transport.CodeInvalidArgument, "sequence ids must increase within a send"))
 			return
 		}
 	}
 	if p.diskFull.Load() {
-		fail(wireError(transport.CodeDiskFull, "an earlier send of this producer was refused for lack of disk space; create the producer again to resend in order"))
+		fail(wire.Errorf(transport.CodeDiskFull, "an earlier send of this producer was refused for lack of disk space; create the producer again to resend in order"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
@@ -683,12 +684,12 @@ func (s *session) closeProducer(c *transport.CloseProducer) {
 
 func (s *session) subscribe(c *transport.Subscribe) {
 	if err := geofabric.CheckClientName("subscription", c.Subscription); err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
 	if c.ConsumerName != "" {
 		if err := geofabric.CheckClientName("consumer", c.ConsumerName); err != nil {
-			s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
+			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 			return
 		}
 	}
@@ -698,16 +699,16 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		return
 	}
 	if c.Mode > transport.KeyShared {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode))
 		return
 	}
 	if ks := c.KeyShared; ks != nil && c.Mode == transport.KeyShared {
 		if ks.Mode > transport.Sticky {
-			s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "unknown key_shared mode %d", ks.Mode))
+			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "unknown key_shared mode %d", ks.Mode))
 			return
 		}
 		if ks.Mode == transport.AutoSplit && len(ks.Ranges) > 0 {
-			s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "hash ranges are for sticky key_shared consumers; auto_split assigns hashes itself"))
+			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "hash ranges are for sticky key_shared consumers; auto_split assigns hashes itself"))
 			return
 		}
 	}
@@ -723,19 +724,19 @@ func (s *session) subscribe(c *transport.Subscribe) {
 			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.c.name})
 			return
 		}
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
 		return
 	}
 	// Subscribes run concurrently: one id has one in flight at most.
 	if s.subscribing[c.ConsumerID] {
 		s.mu.Unlock()
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "a subscribe for consumer id %d is in progress on this connection", c.ConsumerID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "a subscribe for consumer id %d is in progress on this connection", c.ConsumerID))
 		return
 	}
 	// Subscribes in flight count: they may all succeed.
 	if limit := s.n.cfg.Limits.MaxConsumersPerConnection; len(s.consumers)+len(s.subscribing) >= limit {
 		s.mu.Unlock()
-		s.replyErr(c.RequestID, wireError(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.n.cfg.NodeID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.n.cfg.NodeID))
 		return
 	}
 	s.subscribing[c.ConsumerID] = true
@@ -746,7 +747,7 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.mu.Unlock()
 	}()
 	if c.PriorityLevel < 0 {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
 		return
 	}
 	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s, conn: s.seq}
@@ -780,11 +781,11 @@ func (s *session) consumer(id uint64) *sessConsumer {
 func (s *session) flow(c *transport.Flow) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
-		s.replyErr(0, wireError(transport.CodeConsumerNotFound, "flow for unknown consumer %d", c.ConsumerID))
+		s.replyErr(0, wire.Errorf(transport.CodeConsumerNotFound, "flow for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	if c.Permits <= 0 || c.Permits > maxPermits {
-		s.replyErr(0, wireError(transport.CodeInvalidArgument, "permits must be in 1..%d, not %d", maxPermits, c.Permits))
+		s.replyErr(0, wire.Errorf(transport.CodeInvalidArgument, "permits must be in 1..%d, not %d", maxPermits, c.Permits))
 		return
 	}
 	sc.d.flow(sc.c, c.Permits)
@@ -793,25 +794,25 @@ func (s *session) flow(c *transport.Flow) {
 func (s *session) ack(c *transport.Ack) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeConsumerNotFound, "ack for unknown consumer %d", c.ConsumerID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "ack for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	if len(c.Offsets) == 0 || len(c.Offsets) > maxAckOffsets {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "an ack carries 1..%d offsets, not %d", maxAckOffsets, len(c.Offsets)))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "an ack carries 1..%d offsets, not %d", maxAckOffsets, len(c.Offsets)))
 		return
 	}
 	if c.Cumulative && !subscription.Mode(sc.d.mode).CumulativeAck() {
-		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, msgCumulativeShared))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, wire.CumulativeShared))
 		return
 	}
 	if c.Cumulative && len(c.Offsets) != 1 {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "a cumulative ack names one offset"))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "a cumulative ack names one offset"))
 		return
 	}
 	next := sc.p.fsm.NextOffset()
 	for _, o := range c.Offsets {
 		if o >= next {
-			s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "ack for unknown message: offset %d, partition ends at %d", o, next))
+			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "ack for unknown message: offset %d, partition ends at %d", o, next))
 			return
 		}
 	}
@@ -838,7 +839,7 @@ func (s *session) redeliver(id uint64, offsets []uint64) {
 func (s *session) seek(c *transport.Seek) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeConsumerNotFound, "seek for unknown consumer %d", c.ConsumerID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "seek for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	offset := c.Offset
@@ -871,11 +872,11 @@ func (s *session) seek(c *transport.Seek) {
 func (s *session) unsubscribe(c *transport.Unsubscribe) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeConsumerNotFound, "unsubscribe for unknown consumer %d", c.ConsumerID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "unsubscribe for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	if sc.d.consumerCount() > 1 && !c.Force {
-		s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, msgUnsubscribeNotAlone))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, wire.UnsubscribeNotAlone))
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
