@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"slices"
-	"sort"
 
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
@@ -213,14 +212,7 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		if lp, ok := s.n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
 			pi.Leader = meta.NodeOf(id)
-			// The replicated start, not this copy's own: every replica
-			// answers the same.
-			pi.StartOffset, pi.NextOffset = lp.fsm.StartOffset(), lp.fsm.NextOffset()
-			pi.LogBytes = lp.log.Info().Bytes
-			if q := lp.quota.Load(); q != nil && lp.group.IsLeader() {
-				pi.BacklogQuotaExceeded = q.exceeded
-			}
-			pi.Subscriptions = lp.describeSubscriptions()
+			lp.describe(&pi)
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is
 			// gone deletes the member's copy.
@@ -229,34 +221,6 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		info.Partitions = append(info.Partitions, pi)
 	}
 	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
-}
-
-// describeSubscriptions reports each subscription's mode, backlog and
-// consumers.
-func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
-	next := p.fsm.NextOffset()
-	subs := p.fsm.Subscriptions()
-	out := make([]transport.SubscriptionInfo, 0, len(subs))
-	for name, s := range subs {
-		si := transport.SubscriptionInfo{
-			Name:       name,
-			Mode:       modeName(wireMode(s.Mode)),
-			Backlog:    s.Cursor.Backlog(next),
-			MarkDelete: int64(s.Cursor.Floor) - 1,
-			Consumers:  []transport.ConsumerInfo{},
-		}
-		if d := p.dispatcherOf(name); d != nil && d.durable {
-			d.describe(&si)
-		} else {
-			// Nobody attached here: members kept for their return (SUB-7).
-			for _, m := range s.Members {
-				si.Consumers = append(si.Consumers, transport.ConsumerInfo{Name: m.Name, Role: "away", HashRanges: wireRanges(m.Ranges)})
-			}
-		}
-		out = append(out, si)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
 }
 
 func (s *session) clusterStatus(c *transport.ClusterStatus) {

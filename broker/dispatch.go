@@ -40,30 +40,6 @@ type outbox interface {
 	drop()
 }
 
-// consumer is a consumer of a subscription on the partition's leader, as
-// its session knows it.
-type consumer struct {
-	id       uint64 // the session's id for it
-	name     string
-	priority int32
-	ranges   []transport.HashRange // sticky key_shared (KS-4)
-	out      outbox
-	conn     uint64 // names the session: one connection, one conn
-	// gen is the generation of the consumer's membership (its join's Raft
-	// index); a leave names it.
-	gen uint64
-	// key is the dispatcher's id for it, set when it attaches.
-	key subscription.ConsumerID
-}
-
-// consumerKeys gives consumers their dispatcher ids, unique in the node.
-var consumerKeys atomic.Uint64
-
-// engineConsumer is c as the subscription engine sees it.
-func (c *consumer) engine() subscription.Consumer {
-	return subscription.Consumer{ID: c.key, Name: c.name, Priority: c.priority, Ranges: toRanges(c.ranges), Conn: c.conn}
-}
-
 // dispatcher drives one subscription's dispatch engine
 // (subscription.Dispatcher) on the partition's leader: it feeds it
 // consumers, permits and committed acks, reads from the log what it

@@ -297,10 +297,28 @@ func (p *partition) onApplied(_ uint64, data bool) {
 // closed.
 var errStopping = wire.Errorf(transport.CodeServiceNotReady, "partition is closing")
 
-// send queues a producer's batch; done is called once, after commit or on
-// failure. It blocks while the queue is full (backpressure on the
-// producer's connection) and fails if ctx ends first.
-func (p *partition) send(ctx context.Context, r *sendReq) {
+// openProducer passes an empty batch for the producer through the write
+// path, behind every send proposed before, and tells done the producer's
+// last stored sequence id: read from the state machine directly it could
+// miss sends still in flight (an earlier incarnation's, or a log tail a
+// new leader has not applied yet), and the producer would reuse their ids.
+func (p *partition) openProducer(ctx context.Context, producer string, done func(lastSeq int64, err error)) {
+	r := &sendReq{producer: producer}
+	r.done = func(_ []uint64, err error) { done(r.lastSeq, err) }
+	p.enqueue(ctx, r)
+}
+
+// send queues a producer's batch; done is called once, with the offsets
+// of its messages after commit, or with the error. It blocks while the
+// queue is full (backpressure on the producer's connection) and fails if
+// ctx ends first.
+func (p *partition) send(ctx context.Context, producer string, msgs []transport.MessageData, done func(offsets []uint64, err error)) {
+	p.enqueue(ctx, &sendReq{producer: producer, msgs: msgs, done: done})
+}
+
+// enqueue queues a send request; r.done is called once, after commit or
+// on failure.
+func (p *partition) enqueue(ctx context.Context, r *sendReq) {
 	if !p.group.IsLeader() {
 		r.done(nil, p.notLeader())
 		return
@@ -628,6 +646,14 @@ type subscribeReq struct {
 	// starts at start, or at the initial position.
 	nonDurable bool
 	start      *uint64
+
+	// The consumer: the session's id for it, its name and priority, its
+	// session (out) and the connection's number (conn).
+	id       uint64
+	name     string
+	priority int32
+	out      outbox
+	conn     uint64
 }
 
 // probeTimeout is how long a holder has to answer a ping before a
@@ -636,9 +662,16 @@ const probeTimeout = 2 * time.Second
 
 // subscribe creates the subscription if needed and makes the consumer one
 // of its members (through Raft: the consumer set is replicated state,
-// SUB-7), then attaches it to the subscription's dispatcher.
-func (p *partition) subscribe(ctx context.Context, r subscribeReq, c *consumer) (*dispatcher, error) {
-	return p.attach(ctx, r, c, false)
+// SUB-7), then attaches it to the subscription's dispatcher. It returns
+// the consumer, which its session drives.
+func (p *partition) subscribe(ctx context.Context, r subscribeReq) (*consumer, error) {
+	c := &consumer{id: r.id, name: r.name, priority: r.priority, out: r.out, conn: r.conn, p: p, sub: r.sub}
+	d, err := p.attach(ctx, r, c, false)
+	if err != nil {
+		return nil, err
+	}
+	c.d = d
+	return c, nil
 }
 
 // attach is subscribe; probed says a holder was already probed once.
@@ -659,52 +692,81 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	}
 	var pos uint64
 	if r.nonDurable {
-		if _, _, durable := p.fsm.Cursor(r.sub); durable {
-			return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
-		}
-		start := p.fsm.StartOffset()
-		switch {
-		case r.start != nil:
-			pos = min(max(*r.start, start), p.fsm.NextOffset())
-		case r.initial == transport.Earliest:
-			pos = start
-		default:
-			pos = p.fsm.NextOffset()
+		var err error
+		if pos, err = p.readerStart(r); err != nil {
+			return nil, err
 		}
 	} else {
-		holder, err := p.checkJoin(r, keyMode, outOfOrder, c)
-		if err != nil {
-			// EX-2: before refusing, make sure the holder is alive; one
-			// whose connection died silently would lock it out until
-			// its connection times out.
-			if holder != nil && !probed && !holder.out.probe(probeTimeout) {
-				p.logger.Info("consumer did not answer a ping; replacing it", "subscription", r.sub, "consumer", holder.name)
-				p.detach(r.sub, holder)
-				holder.out.drop()
-				return p.attach(ctx, r, c, true)
-			}
-			return nil, err
+		again, err := p.join(ctx, r, keyMode, outOfOrder, c, probed)
+		if again {
+			return p.attach(ctx, r, c, true)
 		}
-		// A newcomer is on its way in, not away, until it is attached; a
-		// returning member keeps its role meanwhile (SUB-7). Either way
-		// the sweep leaves it alone until it is attached.
-		ms, _, _, _, _ := p.members(r.sub)
-		newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
-		p.setJoining(r.sub, c.name, newcomer, 1)
-		defer p.setJoining(r.sub, c.name, newcomer, -1)
-		jr, err := apply(ctx, p, fsm.Join{
-			Sub: r.sub, Mode: fsmMode(r.mode), Initial: fsmInitial(r.initial), KeyMode: fsmKeyMode(keyMode), OutOfOrder: outOfOrder,
-			Member:  fsmMember(memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges}),
-			MaxSubs: p.cfg.MaxSubscriptions,
-		})
 		if err != nil {
 			return nil, err
 		}
-		if jr.Err != nil {
-			return nil, joinRefusal(r.sub, jr.Err)
-		}
-		c.gen = jr.Gen
 	}
+	return p.attachDispatcher(r, c, term, pos, keyMode, outOfOrder)
+}
+
+// readerStart is where a reader (SUB-5) starts: at its start offset, or
+// at its initial position.
+func (p *partition) readerStart(r subscribeReq) (uint64, error) {
+	if _, _, durable := p.fsm.Cursor(r.sub); durable {
+		return 0, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
+	}
+	start := p.fsm.StartOffset()
+	switch {
+	case r.start != nil:
+		return min(max(*r.start, start), p.fsm.NextOffset()), nil
+	case r.initial == transport.Earliest:
+		return start, nil
+	default:
+		return p.fsm.NextOffset(), nil
+	}
+}
+
+// join checks that the consumer may join the subscription (checkJoin) and
+// commits it as a member. When a connected holder is in the way, it is
+// probed once first (EX-2): one whose connection died silently would lock
+// the subscription until its connection times out. again says the holder
+// did not answer and was replaced: the caller attaches again.
+func (p *partition) join(ctx context.Context, r subscribeReq, keyMode transport.KeySharedMode, outOfOrder bool, c *consumer, probed bool) (again bool, err error) {
+	holder, err := p.checkJoin(r, keyMode, outOfOrder, c)
+	if err != nil {
+		if holder != nil && !probed && !holder.out.probe(probeTimeout) {
+			p.logger.Info("consumer did not answer a ping; replacing it", "subscription", r.sub, "consumer", holder.name)
+			p.detach(r.sub, holder)
+			holder.out.drop()
+			return true, nil
+		}
+		return false, err
+	}
+	// A newcomer is on its way in, not away, until it is attached; a
+	// returning member keeps its role meanwhile (SUB-7). Either way the
+	// sweep leaves it alone until it is attached.
+	ms, _, _, _, _ := p.members(r.sub)
+	newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
+	p.setJoining(r.sub, c.name, newcomer, 1)
+	defer p.setJoining(r.sub, c.name, newcomer, -1)
+	jr, err := apply(ctx, p, fsm.Join{
+		Sub: r.sub, Mode: fsmMode(r.mode), Initial: fsmInitial(r.initial), KeyMode: fsmKeyMode(keyMode), OutOfOrder: outOfOrder,
+		Member:  fsmMember(memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges}),
+		MaxSubs: p.cfg.MaxSubscriptions,
+	})
+	if err != nil {
+		return false, err
+	}
+	if jr.Err != nil {
+		return false, joinRefusal(r.sub, jr.Err)
+	}
+	c.gen = jr.Gen
+	return false, nil
+}
+
+// attachDispatcher attaches the consumer to the subscription's
+// dispatcher, started here if none runs or the one running is of another
+// kind, unless leadership was lost (a new term) since the join began.
+func (p *partition) attachDispatcher(r subscribeReq, c *consumer, term, pos uint64, keyMode transport.KeySharedMode, outOfOrder bool) (*dispatcher, error) {
 	p.mu.Lock()
 	if !r.nonDurable && (!p.leading || p.term != term) {
 		// Leadership was lost while the join committed.

@@ -10,10 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/geofabric"
-	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -22,8 +20,6 @@ const (
 	outboxSize = 4096
 	// msgBoxSize bounds the Message frames queued for one connection.
 	msgBoxSize = 64
-	// maxPermits bounds one Flow grant.
-	maxPermits = 1 << 20
 	// maxAckOffsets bounds the offsets of one Ack.
 	maxAckOffsets = 1 << 16
 	// requestTimeout bounds a request that goes through Raft.
@@ -65,26 +61,19 @@ type session struct {
 
 	mu        sync.Mutex
 	producers map[uint64]*sessProducer
-	consumers map[uint64]*sessConsumer
+	consumers map[uint64]*consumer
 	// subscribing holds the consumer ids whose subscribe is in progress.
 	subscribing map[uint64]bool
 }
 
 type sessProducer struct {
 	name string
-	p    *localPartition
+	p    *partition
 	// diskFull is set once a send was refused with DiskFull: the later
 	// sends of this producer id are refused too, so that none is stored
 	// ahead of the refused one. The client creates the producer again
 	// and resends them in order.
 	diskFull atomic.Bool
-}
-
-type sessConsumer struct {
-	c   *consumer
-	sub string
-	p   *localPartition
-	d   *dispatcher
 }
 
 var producerSeq atomic.Uint64
@@ -112,7 +101,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		outBytes:    newGate(n.cfg.Limits.MaxQueuedBytesPerConnection),
 		done:        make(chan struct{}),
 		producers:   map[uint64]*sessProducer{},
-		consumers:   map[uint64]*sessConsumer{},
+		consumers:   map[uint64]*consumer{},
 		subscribing: map[uint64]bool{},
 	}, nil
 }
@@ -422,7 +411,7 @@ func (s *session) evictProducer(p *partition, name string) {
 	s.mu.Lock()
 	var ids []uint64
 	for id, sp := range s.producers {
-		if sp.p.partition == p && sp.name == name {
+		if sp.p == p && sp.name == name {
 			ids = append(ids, id)
 			delete(s.producers, id)
 		}
@@ -446,13 +435,13 @@ func (s *session) cleanup() {
 	s.wg.Wait()
 	s.mu.Lock()
 	producers, consumers := s.producers, s.consumers
-	s.producers, s.consumers = map[uint64]*sessProducer{}, map[uint64]*sessConsumer{}
+	s.producers, s.consumers = map[uint64]*sessProducer{}, map[uint64]*consumer{}
 	s.mu.Unlock()
 	for _, p := range producers {
 		p.p.releaseProducer(p.name, s)
 	}
 	for _, c := range consumers {
-		c.p.detach(c.sub, c.c)
+		c.detach()
 	}
 }
 
@@ -516,7 +505,7 @@ func (s *session) handle(cmd transport.Command) {
 }
 
 // localLeader finds a partition this node leads, or the error to answer.
-func (s *session) localLeader(name string) (*localPartition, error) {
+func (s *session) localLeader(name string) (*partition, error) {
 	if _, err := geofabric.ParsePartition(name); err != nil {
 		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
@@ -527,7 +516,7 @@ func (s *session) localLeader(name string) (*localPartition, error) {
 	if !lp.group.IsLeader() {
 		return nil, lp.notLeader()
 	}
-	return lp, nil
+	return lp.partition, nil
 }
 
 func (s *session) lookup(c *transport.Lookup) {
@@ -593,15 +582,11 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	s.producers[c.ProducerID] = &sessProducer{name: name, p: lp}
 	s.mu.Unlock()
 	// The last stored sequence id comes through the write path, after
-	// every send proposed before: read from the state machine directly it
-	// could miss sends still in flight (an earlier incarnation's, or a
-	// log tail a new leader has not applied yet), and the producer would
-	// reuse their ids.
+	// every send proposed before (openProducer).
 	rid := c.RequestID
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	req := &sendReq{producer: name}
-	req.done = func(_ []uint64, err error) {
+	lp.openProducer(ctx, name, func(lastSeq int64, err error) {
 		if err != nil {
 			s.mu.Lock()
 			delete(s.producers, c.ProducerID)
@@ -610,9 +595,8 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 			s.replyErr(rid, err)
 			return
 		}
-		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: req.lastSeq})
-	}
-	lp.send(ctx, req)
+		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: lastSeq})
+	})
 }
 
 func (s *session) send(c *transport.Send) {
@@ -653,19 +637,15 @@ func (s *session) send(c *transport.Send) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	p.p.send(ctx, &sendReq{
-		producer: p.name,
-		msgs:     c.Messages,
-		done: func(offsets []uint64, err error) {
-			if err != nil {
-				if transport.CodeOf(err) == transport.CodeDiskFull {
-					p.diskFull.Store(true)
-				}
-				fail(err)
-				return
+	p.p.send(ctx, p.name, c.Messages, func(offsets []uint64, err error) {
+		if err != nil {
+			if transport.CodeOf(err) == transport.CodeDiskFull {
+				p.diskFull.Store(true)
 			}
-			s.reply(&transport.SendReceipt{ProducerID: c.ProducerID, SequenceID: first, Offsets: offsets})
-		},
+			fail(err)
+			return
+		}
+		s.reply(&transport.SendReceipt{ProducerID: c.ProducerID, SequenceID: first, Offsets: offsets})
 	})
 }
 
@@ -721,7 +701,7 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.mu.Unlock()
 		if old.sub == c.Subscription && old.p == lp {
 			// SUB-6: idempotent on one connection for one consumer id.
-			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.c.name})
+			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.name})
 			return
 		}
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
@@ -750,29 +730,29 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
 		return
 	}
-	cons := &consumer{id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s, conn: s.seq}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	d, err := lp.subscribe(ctx, subscribeReq{
+	cons, err := lp.subscribe(ctx, subscribeReq{
 		sub: c.Subscription, mode: c.Mode, initial: c.InitialPosition, keyShared: c.KeyShared,
 		nonDurable: c.NonDurable, start: c.StartOffset,
-	}, cons)
+		id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s, conn: s.seq,
+	})
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
 	s.mu.Lock()
-	s.consumers[c.ConsumerID] = &sessConsumer{c: cons, sub: c.Subscription, p: lp, d: d}
+	s.consumers[c.ConsumerID] = cons
 	s.mu.Unlock()
 	s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: name})
-	if !d.attached(cons) {
+	if !cons.attached() {
 		// Evicted (leadership lost) before the session knew it: tell the
 		// client, which attaches again.
 		s.evictConsumer(c.ConsumerID)
 	}
 }
 
-func (s *session) consumer(id uint64) *sessConsumer {
+func (s *session) consumer(id uint64) *consumer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.consumers[id]
@@ -784,11 +764,9 @@ func (s *session) flow(c *transport.Flow) {
 		s.replyErr(0, wire.Errorf(transport.CodeConsumerNotFound, "flow for unknown consumer %d", c.ConsumerID))
 		return
 	}
-	if c.Permits <= 0 || c.Permits > maxPermits {
-		s.replyErr(0, wire.Errorf(transport.CodeInvalidArgument, "permits must be in 1..%d, not %d", maxPermits, c.Permits))
-		return
+	if err := sc.flow(c.Permits); err != nil {
+		s.replyErr(0, err)
 	}
-	sc.d.flow(sc.c, c.Permits)
 }
 
 func (s *session) ack(c *transport.Ack) {
@@ -801,21 +779,6 @@ func (s *session) ack(c *transport.Ack) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "an ack carries 1..%d offsets, not %d", maxAckOffsets, len(c.Offsets)))
 		return
 	}
-	if c.Cumulative && !subscription.Mode(sc.d.mode).CumulativeAck() {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, wire.CumulativeShared))
-		return
-	}
-	if c.Cumulative && len(c.Offsets) != 1 {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "a cumulative ack names one offset"))
-		return
-	}
-	next := sc.p.fsm.NextOffset()
-	for _, o := range c.Offsets {
-		if o >= next {
-			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "ack for unknown message: offset %d, partition ends at %d", o, next))
-			return
-		}
-	}
 	var done func(error)
 	if c.RequestID != 0 {
 		rid := c.RequestID
@@ -827,12 +790,14 @@ func (s *session) ack(c *transport.Ack) {
 			s.reply(&transport.Success{RequestID: rid})
 		}
 	}
-	sc.p.ack(&ackReq{sub: sc.sub, offsets: c.Offsets, cumulative: c.Cumulative, done: done})
+	if err := sc.ack(c.Offsets, c.Cumulative, done); err != nil {
+		s.replyErr(c.RequestID, err)
+	}
 }
 
 func (s *session) redeliver(id uint64, offsets []uint64) {
 	if sc := s.consumer(id); sc != nil {
-		sc.d.redeliver(sc.c, offsets)
+		sc.redeliver(offsets)
 	}
 }
 
@@ -842,30 +807,18 @@ func (s *session) seek(c *transport.Seek) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "seek for unknown consumer %d", c.ConsumerID))
 		return
 	}
-	offset := c.Offset
-	if c.ByTime {
-		o, err := sc.p.log.OffsetForTime(c.PublishTime)
-		if err != nil {
-			s.replyErr(c.RequestID, err)
-			return
-		}
-		offset = o
-	}
-	if next := sc.p.fsm.NextOffset(); offset > next {
-		offset = next
-	}
-	if !sc.d.durable {
-		sc.d.seekReader(max(offset, sc.p.fsm.StartOffset()))
-		s.reply(&transport.Success{RequestID: c.RequestID})
-		return
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	if _, err := apply(ctx, sc.p.partition, fsm.Seek{Name: sc.sub, Offset: offset}); err != nil {
+	var err error
+	if c.ByTime {
+		err = sc.seekTime(ctx, c.PublishTime)
+	} else {
+		err = sc.seek(ctx, c.Offset)
+	}
+	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	sc.d.reset()
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
@@ -875,20 +828,16 @@ func (s *session) unsubscribe(c *transport.Unsubscribe) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "unsubscribe for unknown consumer %d", c.ConsumerID))
 		return
 	}
-	if sc.d.consumerCount() > 1 && !c.Force {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, wire.UnsubscribeNotAlone))
-		return
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	if _, err := apply(ctx, sc.p.partition, fsm.DeleteSubscription{Name: sc.sub}); err != nil {
+	if err := sc.unsubscribe(ctx, c.Force); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
 	s.mu.Lock()
 	delete(s.consumers, c.ConsumerID)
 	s.mu.Unlock()
-	sc.p.detach(sc.sub, sc.c)
+	sc.detach()
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
@@ -912,8 +861,7 @@ func (s *session) closeConsumer(c *transport.CloseConsumer) {
 	// commits with theirs.
 	rid := c.RequestID
 	s.release(func() {
-		sc.p.detach(sc.sub, sc.c)
-		sc.p.ack(&ackReq{sub: sc.sub, done: func(err error) {
+		sc.close(func(err error) {
 			if rid == 0 {
 				return
 			}
@@ -922,6 +870,6 @@ func (s *session) closeConsumer(c *transport.CloseConsumer) {
 				return
 			}
 			s.reply(&transport.Success{RequestID: rid})
-		}})
+		})
 	})
 }
