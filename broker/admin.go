@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/fabriq-io/fabriq/broker/wire"
@@ -137,7 +138,7 @@ func (s *session) deleteStream(c *transport.DeleteStream) {
 	}
 	if !c.Force {
 		for _, p := range st.Partitions(sm.Partitions) {
-			if lp, ok := s.n.partition(p.String()); ok && lp.attached() {
+			if lp, ok := s.n.partition(p.String()); ok && lp.Attached() {
 				s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
 				return
 			}
@@ -212,7 +213,7 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 		if lp, ok := s.n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
 			pi.Leader = meta.NodeOf(id)
-			lp.describe(&pi)
+			lp.Describe(&pi)
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is
 			// gone deletes the member's copy.
@@ -280,4 +281,21 @@ func retentionToWire(r meta.Retention) transport.RetentionPolicy {
 		RetentionTimeMs: r.TimeMs, RetentionBytes: r.Bytes, BacklogQuotaBytes: r.BacklogQuotaBytes,
 		BacklogQuotaPolicy: transport.BacklogQuotaPolicy(r.BacklogQuotaPolicy), MessageTTLMs: r.MessageTTLMs,
 	}
+}
+
+// validRetention checks a stream's policy.
+func validRetention(r transport.RetentionPolicy) error {
+	switch {
+	case r.RetentionTimeMs < -1:
+		return fmt.Errorf("retention time %dms: must be -1 (no limit), 0 or positive", r.RetentionTimeMs)
+	case r.RetentionBytes < -1:
+		return fmt.Errorf("retention size %d bytes: must be -1 (no limit), 0 or positive", r.RetentionBytes)
+	case r.BacklogQuotaBytes < 0:
+		return fmt.Errorf("backlog quota %d bytes: must be 0 (none) or positive", r.BacklogQuotaBytes)
+	case r.BacklogQuotaPolicy > transport.ConsumerBacklogEviction:
+		return fmt.Errorf("backlog quota policy %d: must be producer_exception or consumer_backlog_eviction", r.BacklogQuotaPolicy)
+	case r.MessageTTLMs < 0:
+		return fmt.Errorf("message TTL %dms: must be 0 (none) or positive", r.MessageTTLMs)
+	}
+	return nil
 }

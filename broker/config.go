@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/subscription"
 )
 
 // MaxMessageBytesLimit is the largest MaxMessageBytes: a Raft entry holds
@@ -22,7 +24,7 @@ const minSegmentBytes = 4 << 10
 const DefaultSegmentBytes = 64 << 20
 
 // defaultRetentionInterval is the default Config.RetentionInterval.
-const defaultRetentionInterval = 5 * time.Second
+const defaultRetentionInterval = partition.DefaultRetentionInterval
 
 // Config configures a Node. The zero value of every field but NodeID and
 // DataDir means its default.
@@ -234,12 +236,24 @@ func (l ClientLimits) validate() error {
 // DefaultSubscriptionLimits returns the defaults of SubscriptionLimits.
 func DefaultSubscriptionLimits() SubscriptionLimits {
 	return SubscriptionLimits{
-		ReconnectGrace:            10 * time.Second,
+		ReconnectGrace:            partition.DefaultReconnectGrace,
 		DrainTimeout:              time.Second,
 		MaxUnackedPerConsumer:     50_000,
 		MaxUnackedPerSubscription: 200_000,
 		LookAheadPerConsumer:      2_000,
 		LookAheadPerSubscription:  20_000,
+	}
+}
+
+// engine returns the limits as the subscription engine takes them.
+func (l SubscriptionLimits) engine() subscription.Limits {
+	return subscription.Limits{
+		MaxUnackedPerConsumer:     l.MaxUnackedPerConsumer,
+		MaxUnackedPerSubscription: l.MaxUnackedPerSubscription,
+		LookAheadPerConsumer:      l.LookAheadPerConsumer,
+		LookAheadPerSubscription:  l.LookAheadPerSubscription,
+		DrainTimeout:              l.DrainTimeout,
+		StabilityWindow:           l.FailoverStabilityWindow,
 	}
 }
 

@@ -84,9 +84,10 @@ func (r *diskReserve) roomy() bool {
 	return r == nil || !r.low.Load()
 }
 
-// admit takes room for a send of about size bytes, or refuses it with a
-// DiskFull error when it would leave less free space than the reserve.
-func (r *diskReserve) admit(size int) error {
+// Admit takes room for a send of about size bytes, or refuses it with a
+// DiskFull error when it would leave less free space than the reserve. It
+// implements partition.Reserve.
+func (r *diskReserve) Admit(size int) error {
 	if r == nil {
 		return nil
 	}

@@ -152,9 +152,9 @@ func (n *Node) removeRetiredCopies() {
 	}
 	n.mu.Unlock()
 	for _, lp := range parts {
-		dir, err := n.partitionDir(lp.name)
+		dir, err := n.partitionDir(lp.Name())
 		if err != nil {
-			n.logger.Error("partition without a directory", "partition", lp.name, "err", err)
+			n.logger.Error("partition without a directory", "partition", lp.Name(), "err", err)
 			continue
 		}
 		aside, _ := filepath.Glob(dir + "@*")
@@ -180,7 +180,7 @@ func (n *Node) removeRetiredCopies() {
 				n.logger.Warn("removing a retired copy", "dir", d, "err", err)
 				continue
 			}
-			n.logger.Info("retired copy removed: the group has removed its member", "partition", lp.name, "member", old)
+			n.logger.Info("retired copy removed: the group has removed its member", "partition", lp.Name(), "member", old)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -24,6 +25,8 @@ const (
 	maxAckOffsets = 1 << 16
 	// requestTimeout bounds a request that goes through Raft.
 	requestTimeout = 10 * time.Second
+	// writeTimeout bounds the write of one frame to the client.
+	writeTimeout = 10 * time.Second
 )
 
 // session is one client connection: its producers, its consumers, and a
@@ -61,14 +64,14 @@ type session struct {
 
 	mu        sync.Mutex
 	producers map[uint64]*sessProducer
-	consumers map[uint64]*consumer
+	consumers map[uint64]*partition.Consumer
 	// subscribing holds the consumer ids whose subscribe is in progress.
 	subscribing map[uint64]bool
 }
 
 type sessProducer struct {
 	name string
-	p    *partition
+	p    *partition.Partition
 	// diskFull is set once a send was refused with DiskFull: the later
 	// sends of this producer id are refused too, so that none is stored
 	// ahead of the refused one. The client creates the producer again
@@ -101,7 +104,7 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		outBytes:    newGate(n.cfg.Limits.MaxQueuedBytesPerConnection),
 		done:        make(chan struct{}),
 		producers:   map[uint64]*sessProducer{},
-		consumers:   map[uint64]*consumer{},
+		consumers:   map[uint64]*partition.Consumer{},
 		subscribing: map[uint64]bool{},
 	}, nil
 }
@@ -310,7 +313,7 @@ func (s *session) writeLoop() {
 			case cmd = <-s.msgs:
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		err := s.conn.Send(ctx, cmd)
 		cancel()
 		if m, ok := cmd.(*transport.Message); ok {
@@ -336,11 +339,11 @@ func (s *session) reply(cmd transport.Command) {
 	}
 }
 
-// deliver queues a Message frame, waiting for room (the dispatcher's
+// Deliver queues a Message frame, waiting for room (the dispatcher's
 // backpressure) until ctx ends. A client that takes no frames until the
 // deadline loses its connection; a push cancelled because its dispatcher
 // stops leaves the connection alone.
-func (s *session) deliver(ctx context.Context, m *transport.Message) error {
+func (s *session) Deliver(ctx context.Context, m *transport.Message) error {
 	size := messageSize(m)
 	if err := s.outBytes.take(ctx, size, s.done); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -363,9 +366,9 @@ func (s *session) deliver(ctx context.Context, m *transport.Message) error {
 	}
 }
 
-// evictConsumer drops a consumer its partition no longer serves and tells
+// EvictConsumer drops a consumer its partition no longer serves and tells
 // the client.
-func (s *session) evictConsumer(id uint64) {
+func (s *session) EvictConsumer(id uint64) {
 	s.mu.Lock()
 	_, ok := s.consumers[id]
 	delete(s.consumers, id)
@@ -375,9 +378,9 @@ func (s *session) evictConsumer(id uint64) {
 	}
 }
 
-// probe pings the client and waits for its Pong. Probes of one session
+// Probe pings the client and waits for its Pong. Probes of one session
 // take turns, so that each waits for the answer to its own ping.
-func (s *session) probe(timeout time.Duration) bool {
+func (s *session) Probe(timeout time.Duration) bool {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	select {
@@ -397,17 +400,17 @@ func (s *session) probe(timeout time.Duration) bool {
 	}
 }
 
-// drop closes the session's connection.
-func (s *session) drop() { s.close() }
+// Drop closes the session's connection.
+func (s *session) Drop() { s.close() }
 
-// activeChange tells a failover consumer whether it is the master (FO-6).
-func (s *session) activeChange(id uint64, active bool) {
+// ActiveChange tells a failover consumer whether it is the master (FO-6).
+func (s *session) ActiveChange(id uint64, active bool) {
 	s.reply(&transport.ActiveConsumerChange{ConsumerID: id, Active: active})
 }
 
-// evictProducer drops the producer of a partition no longer led here and
-// tells the client.
-func (s *session) evictProducer(p *partition, name string) {
+// EvictProducer drops the producer of a partition no longer led here and
+// tells the client (partition.Holder).
+func (s *session) EvictProducer(p *partition.Partition, name string) {
 	s.mu.Lock()
 	var ids []uint64
 	for id, sp := range s.producers {
@@ -435,13 +438,13 @@ func (s *session) cleanup() {
 	s.wg.Wait()
 	s.mu.Lock()
 	producers, consumers := s.producers, s.consumers
-	s.producers, s.consumers = map[uint64]*sessProducer{}, map[uint64]*consumer{}
+	s.producers, s.consumers = map[uint64]*sessProducer{}, map[uint64]*partition.Consumer{}
 	s.mu.Unlock()
 	for _, p := range producers {
-		p.p.releaseProducer(p.name, s)
+		p.p.ReleaseProducer(p.name, s)
 	}
 	for _, c := range consumers {
-		c.detach()
+		c.Detach()
 	}
 }
 
@@ -505,7 +508,7 @@ func (s *session) handle(cmd transport.Command) {
 }
 
 // localLeader finds a partition this node leads, or the error to answer.
-func (s *session) localLeader(name string) (*partition, error) {
+func (s *session) localLeader(name string) (*partition.Partition, error) {
 	if _, err := geofabric.ParsePartition(name); err != nil {
 		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
@@ -514,9 +517,9 @@ func (s *session) localLeader(name string) (*partition, error) {
 		return nil, s.n.notHere(name)
 	}
 	if !lp.group.IsLeader() {
-		return nil, lp.notLeader()
+		return nil, s.n.notLeaderError(name, lp.group)
 	}
-	return lp.partition, nil
+	return lp.Partition, nil
 }
 
 func (s *session) lookup(c *transport.Lookup) {
@@ -568,7 +571,7 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.n.cfg.NodeID))
 		return
 	}
-	if !lp.claimProducer(name, s) {
+	if !lp.ClaimProducer(name, s) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeProducerBusy, wire.ProducerBusy, name))
 		return
 	}
@@ -586,12 +589,12 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	rid := c.RequestID
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	lp.openProducer(ctx, name, func(lastSeq int64, err error) {
+	lp.OpenProducer(ctx, name, func(lastSeq int64, err error) {
 		if err != nil {
 			s.mu.Lock()
 			delete(s.producers, c.ProducerID)
 			s.mu.Unlock()
-			lp.releaseProducer(name, s)
+			lp.ReleaseProducer(name, s)
 			s.replyErr(rid, err)
 			return
 		}
@@ -637,7 +640,7 @@ func (s *session) send(c *transport.Send) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	p.p.send(ctx, p.name, c.Messages, func(offsets []uint64, err error) {
+	p.p.Send(ctx, p.name, c.Messages, func(offsets []uint64, err error) {
 		if err != nil {
 			if transport.CodeOf(err) == transport.CodeDiskFull {
 				p.diskFull.Store(true)
@@ -655,7 +658,7 @@ func (s *session) closeProducer(c *transport.CloseProducer) {
 	delete(s.producers, c.ProducerID)
 	s.mu.Unlock()
 	if p != nil {
-		p.p.releaseProducer(p.name, s)
+		p.p.ReleaseProducer(p.name, s)
 	}
 	if c.RequestID != 0 {
 		s.reply(&transport.Success{RequestID: c.RequestID})
@@ -699,9 +702,9 @@ func (s *session) subscribe(c *transport.Subscribe) {
 	s.mu.Lock()
 	if old, ok := s.consumers[c.ConsumerID]; ok {
 		s.mu.Unlock()
-		if old.sub == c.Subscription && old.p == lp {
+		if old.Subscription() == c.Subscription && old.Partition() == lp {
 			// SUB-6: idempotent on one connection for one consumer id.
-			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.name})
+			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.Name()})
 			return
 		}
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
@@ -732,10 +735,10 @@ func (s *session) subscribe(c *transport.Subscribe) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	cons, err := lp.subscribe(ctx, subscribeReq{
-		sub: c.Subscription, mode: c.Mode, initial: c.InitialPosition, keyShared: c.KeyShared,
-		nonDurable: c.NonDurable, start: c.StartOffset,
-		id: c.ConsumerID, name: name, priority: c.PriorityLevel, out: s, conn: s.seq,
+	cons, err := lp.Subscribe(ctx, partition.SubscribeRequest{
+		Subscription: c.Subscription, Mode: c.Mode, Initial: c.InitialPosition, KeyShared: c.KeyShared,
+		NonDurable: c.NonDurable, Start: c.StartOffset,
+		ID: c.ConsumerID, Name: name, Priority: c.PriorityLevel, Out: s, Conn: s.seq,
 	})
 	if err != nil {
 		s.replyErr(c.RequestID, err)
@@ -745,14 +748,14 @@ func (s *session) subscribe(c *transport.Subscribe) {
 	s.consumers[c.ConsumerID] = cons
 	s.mu.Unlock()
 	s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: name})
-	if !cons.attached() {
+	if !cons.Attached() {
 		// Evicted (leadership lost) before the session knew it: tell the
 		// client, which attaches again.
-		s.evictConsumer(c.ConsumerID)
+		s.EvictConsumer(c.ConsumerID)
 	}
 }
 
-func (s *session) consumer(id uint64) *consumer {
+func (s *session) consumer(id uint64) *partition.Consumer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.consumers[id]
@@ -764,7 +767,7 @@ func (s *session) flow(c *transport.Flow) {
 		s.replyErr(0, wire.Errorf(transport.CodeConsumerNotFound, "flow for unknown consumer %d", c.ConsumerID))
 		return
 	}
-	if err := sc.flow(c.Permits); err != nil {
+	if err := sc.Flow(c.Permits); err != nil {
 		s.replyErr(0, err)
 	}
 }
@@ -790,14 +793,14 @@ func (s *session) ack(c *transport.Ack) {
 			s.reply(&transport.Success{RequestID: rid})
 		}
 	}
-	if err := sc.ack(c.Offsets, c.Cumulative, done); err != nil {
+	if err := sc.Ack(c.Offsets, c.Cumulative, done); err != nil {
 		s.replyErr(c.RequestID, err)
 	}
 }
 
 func (s *session) redeliver(id uint64, offsets []uint64) {
 	if sc := s.consumer(id); sc != nil {
-		sc.redeliver(offsets)
+		sc.Redeliver(offsets)
 	}
 }
 
@@ -811,9 +814,9 @@ func (s *session) seek(c *transport.Seek) {
 	defer cancel()
 	var err error
 	if c.ByTime {
-		err = sc.seekTime(ctx, c.PublishTime)
+		err = sc.SeekTime(ctx, c.PublishTime)
 	} else {
-		err = sc.seek(ctx, c.Offset)
+		err = sc.Seek(ctx, c.Offset)
 	}
 	if err != nil {
 		s.replyErr(c.RequestID, err)
@@ -830,14 +833,14 @@ func (s *session) unsubscribe(c *transport.Unsubscribe) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	if err := sc.unsubscribe(ctx, c.Force); err != nil {
+	if err := sc.Unsubscribe(ctx, c.Force); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
 	s.mu.Lock()
 	delete(s.consumers, c.ConsumerID)
 	s.mu.Unlock()
-	sc.detach()
+	sc.Detach()
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
@@ -861,7 +864,7 @@ func (s *session) closeConsumer(c *transport.CloseConsumer) {
 	// commits with theirs.
 	rid := c.RequestID
 	s.release(func() {
-		sc.close(func(err error) {
+		sc.Close(func(err error) {
 			if rid == 0 {
 				return
 			}

@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -13,15 +13,16 @@ import (
 // maxPermits bounds one Flow grant.
 const maxPermits = 1 << 20
 
-// consumer is a consumer of a subscription on the partition's leader:
+// Consumer is a consumer of a subscription on the partition's leader:
 // what the dispatcher knows of it, and the handle its session drives
-// (flow, acks, redeliveries, seek, unsubscribe, close).
-type consumer struct {
+// (flow, acks, redeliveries, seek, unsubscribe, close). Subscribe returns
+// it.
+type Consumer struct {
 	id       uint64 // the session's id for it
 	name     string
 	priority int32
 	ranges   []transport.HashRange // sticky key_shared (KS-4)
-	out      outbox
+	out      Outbox
 	conn     uint64 // names the session: one connection, one conn
 	// gen is the generation of the consumer's membership (its join's Raft
 	// index); a leave names it.
@@ -29,8 +30,8 @@ type consumer struct {
 	// key is the dispatcher's id for it, set when it attaches.
 	key subscription.ConsumerID
 
-	// p, sub and d are where it is attached: set by subscribe.
-	p   *partition
+	// p, sub and d are where it is attached: set by Subscribe.
+	p   *Partition
 	sub string
 	d   *dispatcher
 }
@@ -38,18 +39,27 @@ type consumer struct {
 // consumerKeys gives consumers their dispatcher ids, unique in the node.
 var consumerKeys atomic.Uint64
 
-// engineConsumer is c as the subscription engine sees it.
-func (c *consumer) engine() subscription.Consumer {
+// engine is c as the subscription engine sees it.
+func (c *Consumer) engine() subscription.Consumer {
 	return subscription.Consumer{ID: c.key, Name: c.name, Priority: c.priority, Ranges: toRanges(c.ranges), Conn: c.conn}
 }
 
-// attached reports whether the consumer is still attached to its
+// Name returns the consumer's name.
+func (c *Consumer) Name() string { return c.name }
+
+// Subscription returns the name of the consumer's subscription.
+func (c *Consumer) Subscription() string { return c.sub }
+
+// Partition returns the partition the consumer is attached to.
+func (c *Consumer) Partition() *Partition { return c.p }
+
+// Attached reports whether the consumer is still attached to its
 // dispatcher: false once the partition dropped it (leadership lost), and
 // told its session so.
-func (c *consumer) attached() bool { return c.d.attached(c) }
+func (c *Consumer) Attached() bool { return c.d.attached(c) }
 
-// flow grants the consumer permits (SH-2).
-func (c *consumer) flow(permits int64) error {
+// Flow grants the consumer permits (SH-2).
+func (c *Consumer) Flow(permits int64) error {
 	if permits <= 0 || permits > maxPermits {
 		return wire.Errorf(transport.CodeInvalidArgument, "permits must be in 1..%d, not %d", maxPermits, permits)
 	}
@@ -57,11 +67,11 @@ func (c *consumer) flow(permits int64) error {
 	return nil
 }
 
-// ack queues acks of the consumer's messages, after checking them: a
+// Ack queues acks of the consumer's messages, after checking them: a
 // cumulative ack is refused in shared and key_shared modes, and names one
 // offset; every offset must be one the partition holds. done (if not nil)
 // is called after commit.
-func (c *consumer) ack(offsets []uint64, cumulative bool, done func(error)) error {
+func (c *Consumer) Ack(offsets []uint64, cumulative bool, done func(error)) error {
 	if cumulative && !subscription.Mode(c.d.mode).CumulativeAck() {
 		return wire.Errorf(transport.CodeNotAllowed, wire.CumulativeShared)
 	}
@@ -78,24 +88,24 @@ func (c *consumer) ack(offsets []uint64, cumulative bool, done func(error)) erro
 	return nil
 }
 
-// redeliver sends the given unacknowledged messages of the consumer
+// Redeliver sends the given unacknowledged messages of the consumer
 // again, or all of them when offsets is empty.
-func (c *consumer) redeliver(offsets []uint64) { c.d.redeliver(c, offsets) }
+func (c *Consumer) Redeliver(offsets []uint64) { c.d.redeliver(c, offsets) }
 
-// seekTime moves the subscription to the first message published at or
-// after publishTime (Unix milliseconds), as seek does.
-func (c *consumer) seekTime(ctx context.Context, publishTime int64) error {
+// SeekTime moves the subscription to the first message published at or
+// after publishTime (Unix milliseconds), as Seek does.
+func (c *Consumer) SeekTime(ctx context.Context, publishTime int64) error {
 	offset, err := c.p.log.OffsetForTime(publishTime)
 	if err != nil {
 		return err
 	}
-	return c.seek(ctx, offset)
+	return c.Seek(ctx, offset)
 }
 
-// seek moves the subscription to offset (at most the partition's end):
+// Seek moves the subscription to offset (at most the partition's end):
 // through Raft for a durable subscription, whose consumers all restart
 // from its cursor (CUR-4); a reader just moves (no lower than the start).
-func (c *consumer) seek(ctx context.Context, offset uint64) error {
+func (c *Consumer) Seek(ctx context.Context, offset uint64) error {
 	if next := c.p.fsm.NextOffset(); offset > next {
 		offset = next
 	}
@@ -110,9 +120,9 @@ func (c *consumer) seek(ctx context.Context, offset uint64) error {
 	return nil
 }
 
-// unsubscribe deletes the consumer's subscription, which must have no
+// Unsubscribe deletes the consumer's subscription, which must have no
 // other consumer attached unless force. The caller then detaches it.
-func (c *consumer) unsubscribe(ctx context.Context, force bool) error {
+func (c *Consumer) Unsubscribe(ctx context.Context, force bool) error {
 	if c.d.consumerCount() > 1 && !force {
 		return wire.Errorf(transport.CodeNotAllowed, wire.UnsubscribeNotAlone)
 	}
@@ -120,15 +130,15 @@ func (c *consumer) unsubscribe(ctx context.Context, force bool) error {
 	return err
 }
 
-// detach detaches the consumer (partition.detach): it leaves the
+// Detach detaches the consumer: it leaves the
 // subscription's members, and what it held unacknowledged goes to the
 // others.
-func (c *consumer) detach() { c.p.detach(c.sub, c) }
+func (c *Consumer) Detach() { c.p.detach(c.sub, c) }
 
-// close detaches the consumer, then passes an empty ack through the ack
+// Close detaches the consumer, then passes an empty ack through the ack
 // path: done (if not nil) is called once the acks it sent before are
 // committed, so a client that closes and exits leaves no ack behind.
-func (c *consumer) close(done func(error)) {
-	c.detach()
+func (c *Consumer) Close(done func(error)) {
+	c.Detach()
 	c.p.ack(&ackReq{sub: c.sub, done: done})
 }

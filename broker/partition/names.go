@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"github.com/fabriq-io/fabriq/subscription"

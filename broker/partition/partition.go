@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"github.com/fabriq-io/fabriq/transport"
 )
 
-// raftGroup is what a partition needs of its Raft group (cluster.Group).
-type raftGroup interface {
+// Group is what a partition needs of its Raft group (cluster.Group).
+type Group interface {
 	// Propose proposes an entry without waiting; futures complete in the
 	// order entries were proposed.
 	Propose(cmd []byte, timeout time.Duration) raft.ApplyFuture
@@ -36,41 +36,151 @@ type raftGroup interface {
 	WatchLeader() *cluster.LeaderWatch
 }
 
-// partitionConfig tunes a partition's write and ack paths.
-type partitionConfig struct {
+// Reserve is the node's free-space reserve, checked before a send is
+// proposed: once committed, every replica must store it.
+type Reserve interface {
+	// Admit takes room for a send of about size bytes, or refuses it
+	// (DiskFull) when that would dig into the reserve.
+	Admit(size int) error
+}
+
+// Holder is the session holding producers on the partition.
+type Holder interface {
+	// EvictProducer forgets a producer the partition dropped (it stopped
+	// leading, or closes) and tells the client, which looks the leader up
+	// again.
+	EvictProducer(p *Partition, name string)
+}
+
+// Default tunings of a partition.
+const (
+	// DefaultRetentionInterval is the default Config.RetentionInterval.
+	DefaultRetentionInterval = 5 * time.Second
+	// DefaultReconnectGrace is the default Config.ReconnectGrace.
+	DefaultReconnectGrace = 10 * time.Second
+)
+
+// Config configures a partition: what it runs on, what it asks of its
+// node, and how its write, ack and dispatch paths are tuned. Zero tuning
+// fields take DefaultConfig's values.
+type Config struct {
+	// Name is the partition's name. Required.
+	Name string
+	// Log is the partition's log, Machine its state machine over it, and
+	// Group the Raft group that applies entries to Machine. Required. The
+	// node opens and closes them; the partition only uses them.
+	Log     *storage.Log
+	Machine *fsm.Machine
+	Group   Group
+
+	// NotLeader builds the error for a request that reached a follower.
+	// Nil answers NotLeader without a hint.
+	NotLeader func() error
+	// OnLeadership is told every leadership change (the node announces
+	// it to the cluster); it must not block. May be nil.
+	OnLeadership func(cluster.Leadership)
+	// OnDamage is told, once, that a read found the copy damaged (its
+	// log, or its Raft log); it must not block. May be nil.
+	OnDamage func(error)
+	// Reserve is checked before a send is proposed; nil admits every
+	// send.
+	Reserve Reserve
+	// Retention returns the stream's retention policy, false while the
+	// stream is not in the catalog. Nil applies no retention.
+	Retention func() (transport.RetentionPolicy, bool)
+	// Logger receives the partition's logs. Nil discards them.
+	Logger *slog.Logger
+
 	// MaxEntryBytes bounds the messages grouped into one Raft entry.
+	// Default 6 MiB.
 	MaxEntryBytes int
 	// MaxInflight bounds the entries proposed and not yet committed.
+	// Default 64.
 	MaxInflight int
 	// ApplyTimeout bounds how long a proposal may wait for commit.
+	// Default 10s.
 	ApplyTimeout time.Duration
 	// AckInterval is how long acks are gathered into one entry (CUR-2).
+	// Default 2ms.
 	AckInterval time.Duration
-	// MaxMessageBytes refuses larger messages (MSG-6).
-	MaxMessageBytes int
-	// SubscriptionLimits tune the dispatchers.
-	SubscriptionLimits
+	// ReconnectGrace is how long a new leader keeps the roles of members
+	// that have not reconnected yet (SUB-7). Default
+	// DefaultReconnectGrace.
+	ReconnectGrace time.Duration
+	// Dispatch are the dispatch engine's limits and timings, as the
+	// subscription engine takes them.
+	Dispatch subscription.Limits
 	// SweepInterval is how often the leader looks for members that stayed
-	// away longer than the reconnect grace.
+	// away longer than the reconnect grace. Default 250ms.
 	SweepInterval time.Duration
 	// MaxSubscriptions bounds the durable subscriptions; zero: no bound.
 	MaxSubscriptions int
 	// RetentionInterval is how often the leader applies the stream's
-	// retention policy and checks its backlog quota.
+	// retention policy and checks its backlog quota. Default
+	// DefaultRetentionInterval.
 	RetentionInterval time.Duration
 }
 
-func defaultPartitionConfig() partitionConfig {
-	return partitionConfig{
-		MaxEntryBytes:      6 << 20,
-		MaxInflight:        64,
-		ApplyTimeout:       10 * time.Second,
-		AckInterval:        2 * time.Millisecond,
-		MaxMessageBytes:    5 << 20,
-		SubscriptionLimits: DefaultSubscriptionLimits(),
-		SweepInterval:      250 * time.Millisecond,
-		RetentionInterval:  defaultRetentionInterval,
+// DefaultConfig returns the default tunings.
+func DefaultConfig() Config {
+	return Config{
+		MaxEntryBytes:     6 << 20,
+		MaxInflight:       64,
+		ApplyTimeout:      10 * time.Second,
+		AckInterval:       2 * time.Millisecond,
+		ReconnectGrace:    DefaultReconnectGrace,
+		SweepInterval:     250 * time.Millisecond,
+		RetentionInterval: DefaultRetentionInterval,
 	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	fill := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = d.MaxEntryBytes
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = d.MaxInflight
+	}
+	fill(&c.ApplyTimeout, d.ApplyTimeout)
+	fill(&c.AckInterval, d.AckInterval)
+	fill(&c.ReconnectGrace, d.ReconnectGrace)
+	fill(&c.SweepInterval, d.SweepInterval)
+	fill(&c.RetentionInterval, d.RetentionInterval)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.NotLeader == nil {
+		name := c.Name
+		c.NotLeader = func() error {
+			return wire.Errorf(transport.CodeNotLeader, "this node does not lead partition %s", name)
+		}
+	}
+	return c
+}
+
+// Validate reports what is wrong with the configuration.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Name == "" || c.Log == nil || c.Machine == nil || c.Group == nil {
+		errs = append(errs, errors.New("a Name, Log, Machine and Group are required"))
+	}
+	if c.MaxEntryBytes < 0 || c.MaxInflight < 0 || c.MaxSubscriptions < 0 {
+		errs = append(errs, errors.New("negative sizes"))
+	}
+	if c.ApplyTimeout < 0 || c.AckInterval < 0 || c.ReconnectGrace < 0 || c.SweepInterval < 0 || c.RetentionInterval < 0 {
+		errs = append(errs, errors.New("negative durations"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("partition: config: %w", err)
+	}
+	return nil
 }
 
 // sendReq is one producer's batch waiting for commit; with no messages it
@@ -98,31 +208,35 @@ type inflight struct {
 	reqs   []*sendReq
 }
 
-// partition runs one stream partition on this node: its log, its state
-// machine and Raft group, the write path that groups concurrent sends into
-// one entry, the ack path, and, on the leader, the dispatchers.
-type partition struct {
+// Partition runs one stream partition on this node: the driver that ties
+// its log, its state machine and Raft group, and the subscription engine.
+// It runs the write path that groups concurrent sends into one entry, the
+// ack path, and, on the leader, the dispatchers; sessions drive it
+// (producers, sends, subscriptions and their consumers).
+//
+// Lifecycle: New starts nothing; Start starts its loops; StopAccepting
+// refuses new work and drops every producer and consumer, telling their
+// sessions; Wait, once the Raft group is closed, waits for the loops and
+// stops the dispatchers. The node owns the log, the state machine and the
+// group, and closes them.
+type Partition struct {
 	name   string
-	cfg    partitionConfig
+	cfg    Config
 	log    *storage.Log
 	fsm    *fsm.Machine
-	group  raftGroup
+	group  Group
 	logger *slog.Logger
 	// notLeader builds the error for a request that reached a follower.
 	notLeader func() error
-	// onLeadership is told every leadership change (the node announces
-	// it to the cluster); it must not block. May be nil.
+	// onLeadership is told every leadership change; may be nil.
 	onLeadership func(cluster.Leadership)
-	// onDamage is told, once, that a read found the copy damaged (its log,
-	// or its Raft log); it must not block. May be nil.
+	// onDamage is told, once, that the copy was found damaged; may be nil.
 	onDamage   func(error)
 	damageOnce sync.Once
 	damage     atomic.Pointer[error] // the first damage found
-	// disk is the node's free-space reserve, checked before a send is
-	// proposed; nil admits every send.
-	disk *diskReserve
-	// policy returns the stream's retention policy, false while the
-	// stream is not in the catalog. Nil applies no retention.
+	// reserve is the node's free-space reserve; nil admits every send.
+	reserve Reserve
+	// policy returns the stream's retention policy; nil applies none.
 	policy func() (transport.RetentionPolicy, bool)
 	// quota is the backlog quota as the last retention pass found it.
 	quota atomic.Pointer[quotaState]
@@ -135,7 +249,7 @@ type partition struct {
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
-	owners      map[string]*session // producer name → the session holding it
+	owners      map[string]Holder // producer name → the session holding it
 	lastPublish int64
 	// leading, term and leaderSince follow this node's leadership; the
 	// reconnect grace (SUB-7) counts from leaderSince.
@@ -153,28 +267,41 @@ type partition struct {
 	attaching map[[2]string]int // every join in progress, newcomer or not
 }
 
-func newPartition(name string, cfg partitionConfig, log *storage.Log, f *fsm.Machine, g raftGroup, logger *slog.Logger, notLeader func() error) *partition {
-	return &partition{
-		name:        name,
-		cfg:         cfg,
-		log:         log,
-		fsm:         f,
-		group:       g,
-		logger:      logger.With("partition", name),
-		notLeader:   notLeader,
-		sends:       make(chan *sendReq, 1024),
-		acks:        make(chan *ackReq, 1024),
-		inflight:    make(chan inflight, cfg.MaxInflight),
-		stop:        make(chan struct{}),
-		dispatchers: map[string]*dispatcher{},
-		owners:      map[string]*session{},
-		joining:     map[[2]string]int{},
-		attaching:   map[[2]string]int{},
+// New checks the configuration and returns a partition that has started
+// nothing.
+func New(cfg Config) (*Partition, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	cfg = cfg.withDefaults()
+	return &Partition{
+		name:         cfg.Name,
+		cfg:          cfg,
+		log:          cfg.Log,
+		fsm:          cfg.Machine,
+		group:        cfg.Group,
+		logger:       cfg.Logger.With("partition", cfg.Name),
+		notLeader:    cfg.NotLeader,
+		onLeadership: cfg.OnLeadership,
+		onDamage:     cfg.OnDamage,
+		reserve:      cfg.Reserve,
+		policy:       cfg.Retention,
+		sends:        make(chan *sendReq, 1024),
+		acks:         make(chan *ackReq, 1024),
+		inflight:     make(chan inflight, cfg.MaxInflight),
+		stop:         make(chan struct{}),
+		dispatchers:  map[string]*dispatcher{},
+		owners:       map[string]Holder{},
+		joining:      map[[2]string]int{},
+		attaching:    map[[2]string]int{},
+	}, nil
 }
 
-// start runs the write, ack and leadership loops.
-func (p *partition) start() {
+// Name returns the partition's name.
+func (p *Partition) Name() string { return p.name }
+
+// Start runs the write, ack, leadership, sweep and retention loops.
+func (p *Partition) Start() {
 	p.wg.Add(6)
 	go p.proposeLoop()
 	go p.commitLoop()
@@ -187,7 +314,7 @@ func (p *partition) start() {
 // leaderLoop follows the group's leadership: when this node stops leading,
 // its consumers and producers are closed so that clients look the leader
 // up again; every change is passed on to onLeadership.
-func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
+func (p *Partition) leaderLoop(w *cluster.LeaderWatch) {
 	defer p.wg.Done()
 	defer w.Stop()
 	was := false
@@ -231,30 +358,30 @@ func (p *partition) leaderLoop(w *cluster.LeaderWatch) {
 
 // evictAll closes every dispatcher with its consumers and every producer,
 // telling their sessions.
-func (p *partition) evictAll() {
+func (p *Partition) evictAll() {
 	p.mu.Lock()
 	ds := slices.Collect(maps.Values(p.dispatchers))
 	p.dispatchers = map[string]*dispatcher{}
 	owners := p.owners
-	p.owners = map[string]*session{}
+	p.owners = map[string]Holder{}
 	p.mu.Unlock()
 	for _, d := range ds {
 		d.signal() // pushes in flight end now, not after deliverTimeout
 	}
 	for _, d := range ds {
 		for _, c := range d.detachAll() {
-			c.out.evictConsumer(c.id)
+			c.out.EvictConsumer(c.id)
 		}
 	}
 	closeDispatchers(ds)
 	for name, s := range owners {
-		s.evictProducer(p, name)
+		s.EvictProducer(p, name)
 	}
 }
 
-// stopAccepting makes the partition refuse new work; what is in flight is
+// StopAccepting makes the partition refuse new work; what is in flight is
 // answered once the Raft group closes (its futures fail) and wait returns.
-func (p *partition) stopAccepting() {
+func (p *Partition) StopAccepting() {
 	p.mu.Lock()
 	select {
 	case <-p.stop:
@@ -268,9 +395,9 @@ func (p *partition) stopAccepting() {
 	p.evictAll()
 }
 
-// wait waits for the loops, then stops the dispatchers. Call it after
-// stopAccepting and after the Raft group is closed.
-func (p *partition) wait() {
+// Wait waits for the loops, then stops the dispatchers. Call it after
+// StopAccepting and after the Raft group is closed.
+func (p *Partition) Wait() {
 	p.wg.Wait()
 	p.mu.Lock()
 	ds := slices.Collect(maps.Values(p.dispatchers))
@@ -279,9 +406,9 @@ func (p *partition) wait() {
 	closeDispatchers(ds)
 }
 
-// onApplied wakes the dispatchers after the state machine applied an
-// entry; data says it only added messages.
-func (p *partition) onApplied(_ uint64, data bool) {
+// Applied wakes the dispatchers after the state machine applied an
+// entry (fsm.Config.Applied); data says it only added messages.
+func (p *Partition) Applied(_ uint64, data bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, d := range p.dispatchers {
@@ -293,32 +420,32 @@ func (p *partition) onApplied(_ uint64, data bool) {
 	}
 }
 
-// errStopping is given to requests that were waiting when the partition
-// closed.
-var errStopping = wire.Errorf(transport.CodeServiceNotReady, "partition is closing")
+// ErrStopping is given to requests that were waiting when the partition
+// closed: a retryable ServiceNotReady.
+var ErrStopping = wire.Errorf(transport.CodeServiceNotReady, "partition is closing")
 
-// openProducer passes an empty batch for the producer through the write
+// OpenProducer passes an empty batch for the producer through the write
 // path, behind every send proposed before, and tells done the producer's
 // last stored sequence id: read from the state machine directly it could
 // miss sends still in flight (an earlier incarnation's, or a log tail a
 // new leader has not applied yet), and the producer would reuse their ids.
-func (p *partition) openProducer(ctx context.Context, producer string, done func(lastSeq int64, err error)) {
+func (p *Partition) OpenProducer(ctx context.Context, producer string, done func(lastSeq int64, err error)) {
 	r := &sendReq{producer: producer}
 	r.done = func(_ []uint64, err error) { done(r.lastSeq, err) }
 	p.enqueue(ctx, r)
 }
 
-// send queues a producer's batch; done is called once, with the offsets
+// Send queues a producer's batch; done is called once, with the offsets
 // of its messages after commit, or with the error. It blocks while the
 // queue is full (backpressure on the producer's connection) and fails if
 // ctx ends first.
-func (p *partition) send(ctx context.Context, producer string, msgs []transport.MessageData, done func(offsets []uint64, err error)) {
+func (p *Partition) Send(ctx context.Context, producer string, msgs []transport.MessageData, done func(offsets []uint64, err error)) {
 	p.enqueue(ctx, &sendReq{producer: producer, msgs: msgs, done: done})
 }
 
 // enqueue queues a send request; r.done is called once, after commit or
 // on failure.
-func (p *partition) enqueue(ctx context.Context, r *sendReq) {
+func (p *Partition) enqueue(ctx context.Context, r *sendReq) {
 	if !p.group.IsLeader() {
 		r.done(nil, p.notLeader())
 		return
@@ -337,7 +464,7 @@ func (p *partition) enqueue(ctx context.Context, r *sendReq) {
 	// Refused before it is proposed: once committed, every replica must
 	// store it. A producer opening stores nothing and goes on.
 	if len(r.msgs) > 0 {
-		if err := p.disk.admit(r.size); err != nil {
+		if err := p.admit(r.size); err != nil {
 			r.done(nil, err)
 			return
 		}
@@ -347,7 +474,7 @@ func (p *partition) enqueue(ctx context.Context, r *sendReq) {
 	case <-ctx.Done():
 		r.done(nil, wire.Errorf(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
 	case <-p.stop:
-		r.done(nil, errStopping)
+		r.done(nil, ErrStopping)
 	}
 }
 
@@ -368,8 +495,16 @@ func entrySize(producer string, msgs []transport.MessageData) int {
 	return size
 }
 
+// admit checks the node's free-space reserve for a send of size bytes.
+func (p *Partition) admit(size int) error {
+	if p.reserve == nil {
+		return nil
+	}
+	return p.reserve.Admit(size)
+}
+
 // publishTime returns a leader publish time that never goes back.
-func (p *partition) publishTime() int64 {
+func (p *Partition) publishTime() int64 {
 	now := time.Now().UnixMilli()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -381,7 +516,7 @@ func (p *partition) publishTime() int64 {
 // Order matters: a producer's sequence ids must reach the state machine in
 // the order it sent them, or deduplication would drop the later-proposed
 // lower ones.
-func (p *partition) proposeLoop() {
+func (p *Partition) proposeLoop() {
 	defer p.wg.Done()
 	defer close(p.inflight)
 	var carry *sendReq // taken from the queue but too big for the last entry
@@ -430,7 +565,7 @@ func (p *partition) proposeLoop() {
 			// The entry may still commit; its senders learn nothing
 			// and retry with the same sequence ids, which dedup drops.
 			for _, r := range reqs {
-				r.done(nil, errStopping)
+				r.done(nil, ErrStopping)
 			}
 			p.failQueued()
 			return
@@ -438,11 +573,11 @@ func (p *partition) proposeLoop() {
 	}
 }
 
-func (p *partition) failQueued() {
+func (p *Partition) failQueued() {
 	for {
 		select {
 		case r := <-p.sends:
-			r.done(nil, errStopping)
+			r.done(nil, ErrStopping)
 		default:
 			return
 		}
@@ -450,7 +585,7 @@ func (p *partition) failQueued() {
 }
 
 // commitLoop waits for proposed entries in order and answers their senders.
-func (p *partition) commitLoop() {
+func (p *Partition) commitLoop() {
 	defer p.wg.Done()
 	for in := range p.inflight {
 		err := in.future.Error()
@@ -527,7 +662,7 @@ func heldOffsets(offsets []uint64, n int, next uint64) bool {
 }
 
 // raftError maps a Raft failure to what a client is told.
-func (p *partition) raftError(err error) error {
+func (p *Partition) raftError(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
 		errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrLeadershipLost):
@@ -535,7 +670,7 @@ func (p *partition) raftError(err error) error {
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, cluster.ErrTimeout):
 		return wire.Errorf(transport.CodeTimeout, "the partition's Raft group did not commit in time")
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, cluster.ErrClosed):
-		return errStopping
+		return ErrStopping
 	case errors.Is(err, fsm.ErrHalted):
 		// Committed, and stored by the other replicas: a retry finds it
 		// there, deduplicated.
@@ -553,12 +688,12 @@ func (p *partition) raftError(err error) error {
 }
 
 // ack queues acks; done (if not nil) is called after commit.
-func (p *partition) ack(r *ackReq) {
+func (p *Partition) ack(r *ackReq) {
 	select {
 	case p.acks <- r:
 	case <-p.stop:
 		if r.done != nil {
-			r.done(errStopping)
+			r.done(ErrStopping)
 		}
 	}
 }
@@ -567,7 +702,7 @@ func (p *partition) ack(r *ackReq) {
 const maxAckEntryOffsets = 256 << 10
 
 // ackLoop gathers acks for AckInterval and commits them as one entry.
-func (p *partition) ackLoop() {
+func (p *Partition) ackLoop() {
 	defer p.wg.Done()
 	for {
 		var first *ackReq
@@ -578,7 +713,7 @@ func (p *partition) ackLoop() {
 				select {
 				case r := <-p.acks:
 					if r.done != nil {
-						r.done(errStopping)
+						r.done(ErrStopping)
 					}
 				default:
 					return
@@ -629,43 +764,47 @@ func (p *partition) ackLoop() {
 }
 
 // dispatcherOf returns a subscription's dispatcher, nil if none runs.
-func (p *partition) dispatcherOf(sub string) *dispatcher {
+func (p *Partition) dispatcherOf(sub string) *dispatcher {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.dispatchers[sub]
 }
 
-// subscribeReq is what a consumer asks of a subscription.
-type subscribeReq struct {
-	sub     string
-	mode    transport.SubscriptionMode
-	initial transport.InitialPosition
-	// keyShared is a key_shared consumer's policy (nil: auto_split).
-	keyShared *transport.KeySharedPolicy
-	// nonDurable makes a reader (SUB-5): no Raft, nothing left behind; it
-	// starts at start, or at the initial position.
-	nonDurable bool
-	start      *uint64
+// SubscribeRequest is what a consumer asks of a subscription, and the
+// consumer.
+type SubscribeRequest struct {
+	Subscription string
+	Mode         transport.SubscriptionMode
+	Initial      transport.InitialPosition
+	// KeyShared is a key_shared consumer's policy (nil: auto_split).
+	KeyShared *transport.KeySharedPolicy
+	// NonDurable makes a reader (SUB-5): no Raft, nothing left behind; it
+	// starts at Start, or at the initial position.
+	NonDurable bool
+	Start      *uint64
 
-	// The consumer: the session's id for it, its name and priority, its
-	// session (out) and the connection's number (conn).
-	id       uint64
-	name     string
-	priority int32
-	out      outbox
-	conn     uint64
+	// ID is the session's id for the consumer, Name its name (required)
+	// and Priority its priority level (failover, shared).
+	ID       uint64
+	Name     string
+	Priority int32
+	// Out is the consumer's session, where its messages and events go.
+	Out Outbox
+	// Conn names the session's connection: consumers of one connection
+	// share it (the dispatch engine tells connections apart by it).
+	Conn uint64
 }
 
 // probeTimeout is how long a holder has to answer a ping before a
 // newcomer replaces it (EX-2).
 const probeTimeout = 2 * time.Second
 
-// subscribe creates the subscription if needed and makes the consumer one
+// Subscribe creates the subscription if needed and makes the consumer one
 // of its members (through Raft: the consumer set is replicated state,
 // SUB-7), then attaches it to the subscription's dispatcher. It returns
 // the consumer, which its session drives.
-func (p *partition) subscribe(ctx context.Context, r subscribeReq) (*consumer, error) {
-	c := &consumer{id: r.id, name: r.name, priority: r.priority, out: r.out, conn: r.conn, p: p, sub: r.sub}
+func (p *Partition) Subscribe(ctx context.Context, r SubscribeRequest) (*Consumer, error) {
+	c := &Consumer{id: r.ID, name: r.Name, priority: r.Priority, out: r.Out, conn: r.Conn, p: p, sub: r.Subscription}
 	d, err := p.attach(ctx, r, c, false)
 	if err != nil {
 		return nil, err
@@ -674,8 +813,8 @@ func (p *partition) subscribe(ctx context.Context, r subscribeReq) (*consumer, e
 	return c, nil
 }
 
-// attach is subscribe; probed says a holder was already probed once.
-func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, probed bool) (*dispatcher, error) {
+// attach is Subscribe; probed says a holder was already probed once.
+func (p *Partition) attach(ctx context.Context, r SubscribeRequest, c *Consumer, probed bool) (*dispatcher, error) {
 	if !p.group.IsLeader() {
 		return nil, p.notLeader()
 	}
@@ -684,14 +823,14 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 	p.mu.Unlock()
 	var keyMode transport.KeySharedMode
 	var outOfOrder bool
-	if r.mode == transport.KeyShared && r.keyShared != nil {
-		keyMode, outOfOrder = r.keyShared.Mode, r.keyShared.AllowOutOfOrder
+	if r.Mode == transport.KeyShared && r.KeyShared != nil {
+		keyMode, outOfOrder = r.KeyShared.Mode, r.KeyShared.AllowOutOfOrder
 		if keyMode == transport.Sticky {
-			c.ranges = slices.Clone(r.keyShared.Ranges)
+			c.ranges = slices.Clone(r.KeyShared.Ranges)
 		}
 	}
 	var pos uint64
-	if r.nonDurable {
+	if r.NonDurable {
 		var err error
 		if pos, err = p.readerStart(r); err != nil {
 			return nil, err
@@ -710,15 +849,15 @@ func (p *partition) attach(ctx context.Context, r subscribeReq, c *consumer, pro
 
 // readerStart is where a reader (SUB-5) starts: at its start offset, or
 // at its initial position.
-func (p *partition) readerStart(r subscribeReq) (uint64, error) {
-	if _, _, durable := p.fsm.Cursor(r.sub); durable {
-		return 0, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.sub)
+func (p *Partition) readerStart(r SubscribeRequest) (uint64, error) {
+	if _, _, durable := p.fsm.Cursor(r.Subscription); durable {
+		return 0, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is durable; a reader needs a name of its own", r.Subscription)
 	}
 	start := p.fsm.StartOffset()
 	switch {
-	case r.start != nil:
-		return min(max(*r.start, start), p.fsm.NextOffset()), nil
-	case r.initial == transport.Earliest:
+	case r.Start != nil:
+		return min(max(*r.Start, start), p.fsm.NextOffset()), nil
+	case r.Initial == transport.Earliest:
 		return start, nil
 	default:
 		return p.fsm.NextOffset(), nil
@@ -730,13 +869,13 @@ func (p *partition) readerStart(r subscribeReq) (uint64, error) {
 // probed once first (EX-2): one whose connection died silently would lock
 // the subscription until its connection times out. again says the holder
 // did not answer and was replaced: the caller attaches again.
-func (p *partition) join(ctx context.Context, r subscribeReq, keyMode transport.KeySharedMode, outOfOrder bool, c *consumer, probed bool) (again bool, err error) {
+func (p *Partition) join(ctx context.Context, r SubscribeRequest, keyMode transport.KeySharedMode, outOfOrder bool, c *Consumer, probed bool) (again bool, err error) {
 	holder, err := p.checkJoin(r, keyMode, outOfOrder, c)
 	if err != nil {
-		if holder != nil && !probed && !holder.out.probe(probeTimeout) {
-			p.logger.Info("consumer did not answer a ping; replacing it", "subscription", r.sub, "consumer", holder.name)
-			p.detach(r.sub, holder)
-			holder.out.drop()
+		if holder != nil && !probed && !holder.out.Probe(probeTimeout) {
+			p.logger.Info("consumer did not answer a ping; replacing it", "subscription", r.Subscription, "consumer", holder.name)
+			p.detach(r.Subscription, holder)
+			holder.out.Drop()
 			return true, nil
 		}
 		return false, err
@@ -744,12 +883,12 @@ func (p *partition) join(ctx context.Context, r subscribeReq, keyMode transport.
 	// A newcomer is on its way in, not away, until it is attached; a
 	// returning member keeps its role meanwhile (SUB-7). Either way the
 	// sweep leaves it alone until it is attached.
-	ms, _, _, _, _ := p.members(r.sub)
+	ms, _, _, _, _ := p.members(r.Subscription)
 	newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
-	p.setJoining(r.sub, c.name, newcomer, 1)
-	defer p.setJoining(r.sub, c.name, newcomer, -1)
+	p.setJoining(r.Subscription, c.name, newcomer, 1)
+	defer p.setJoining(r.Subscription, c.name, newcomer, -1)
 	jr, err := apply(ctx, p, fsm.Join{
-		Sub: r.sub, Mode: fsmMode(r.mode), Initial: fsmInitial(r.initial), KeyMode: fsmKeyMode(keyMode), OutOfOrder: outOfOrder,
+		Sub: r.Subscription, Mode: fsmMode(r.Mode), Initial: fsmInitial(r.Initial), KeyMode: fsmKeyMode(keyMode), OutOfOrder: outOfOrder,
 		Member:  fsmMember(memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges}),
 		MaxSubs: p.cfg.MaxSubscriptions,
 	})
@@ -757,7 +896,7 @@ func (p *partition) join(ctx context.Context, r subscribeReq, keyMode transport.
 		return false, err
 	}
 	if jr.Err != nil {
-		return false, joinRefusal(r.sub, jr.Err)
+		return false, joinRefusal(r.Subscription, jr.Err)
 	}
 	c.gen = jr.Gen
 	return false, nil
@@ -766,26 +905,26 @@ func (p *partition) join(ctx context.Context, r subscribeReq, keyMode transport.
 // attachDispatcher attaches the consumer to the subscription's
 // dispatcher, started here if none runs or the one running is of another
 // kind, unless leadership was lost (a new term) since the join began.
-func (p *partition) attachDispatcher(r subscribeReq, c *consumer, term, pos uint64, keyMode transport.KeySharedMode, outOfOrder bool) (*dispatcher, error) {
+func (p *Partition) attachDispatcher(r SubscribeRequest, c *Consumer, term, pos uint64, keyMode transport.KeySharedMode, outOfOrder bool) (*dispatcher, error) {
 	p.mu.Lock()
-	if !r.nonDurable && (!p.leading || p.term != term) {
+	if !r.NonDurable && (!p.leading || p.term != term) {
 		// Leadership was lost while the join committed.
 		p.mu.Unlock()
 		return nil, p.notLeader()
 	}
-	d := p.dispatchers[r.sub]
-	if d != nil && d.consumerCount() > 0 && (d.mode != r.mode || d.durable == r.nonDurable) {
+	d := p.dispatchers[r.Subscription]
+	if d != nil && d.consumerCount() > 0 && (d.mode != r.Mode || d.durable == r.NonDurable) {
 		p.mu.Unlock()
-		if d.durable == r.nonDurable {
-			return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", r.sub, map[bool]string{true: "consumer", false: "reader"}[d.durable])
+		if d.durable == r.NonDurable {
+			return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is in use by a %s", r.Subscription, map[bool]string{true: "consumer", false: "reader"}[d.durable])
 		}
-		return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(d.mode), modeName(r.mode))
+		return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(d.mode), modeName(r.Mode))
 	}
 	var old *dispatcher
-	if d == nil || d.mode != r.mode || d.durable == r.nonDurable || d.keyMode != keyMode || d.outOfOrder != outOfOrder {
+	if d == nil || d.mode != r.Mode || d.durable == r.NonDurable || d.keyMode != keyMode || d.outOfOrder != outOfOrder {
 		old = d
-		d = newDispatcher(p, r.sub, r.mode, !r.nonDurable, pos, keyMode, outOfOrder)
-		p.dispatchers[r.sub] = d
+		d = newDispatcher(p, r.Subscription, r.Mode, !r.NonDurable, pos, keyMode, outOfOrder)
+		p.dispatchers[r.Subscription] = d
 		d.start()
 	}
 	// Attached under the partition's lock, so that a detach cannot close
@@ -798,8 +937,8 @@ func (p *partition) attachDispatcher(r subscribeReq, c *consumer, term, pos uint
 	if err != nil {
 		// Another consumer won a race for the role: the join just
 		// committed must not outlive the refusal.
-		if !r.nonDurable && d.named(c.name) == nil {
-			p.leave(r.sub, memberState{Name: c.name, Gen: c.gen})
+		if !r.NonDurable && d.named(c.name) == nil {
+			p.leave(r.Subscription, memberState{Name: c.name, Gen: c.gen})
 		}
 		return nil, err
 	}
@@ -808,7 +947,7 @@ func (p *partition) attachDispatcher(r subscribeReq, c *consumer, term, pos uint
 
 // setJoining counts a join in progress up or down; newcomer says the
 // name was not a member when it began.
-func (p *partition) setJoining(sub, name string, newcomer bool, delta int) {
+func (p *Partition) setJoining(sub, name string, newcomer bool, delta int) {
 	p.joinMu.Lock()
 	defer p.joinMu.Unlock()
 	k := [2]string{sub, name}
@@ -824,21 +963,21 @@ func (p *partition) setJoining(sub, name string, newcomer bool, delta int) {
 }
 
 // isJoining reports whether a newcomer's join is in progress.
-func (p *partition) isJoining(sub, name string) bool {
+func (p *Partition) isJoining(sub, name string) bool {
 	p.joinMu.Lock()
 	defer p.joinMu.Unlock()
 	return p.joining[[2]string{sub, name}] > 0
 }
 
 // isAttaching reports whether any join of that name is in progress.
-func (p *partition) isAttaching(sub, name string) bool {
+func (p *Partition) isAttaching(sub, name string) bool {
 	p.joinMu.Lock()
 	defer p.joinMu.Unlock()
 	return p.attaching[[2]string{sub, name}] > 0
 }
 
 // inGrace reports whether this leadership's reconnect grace runs.
-func (p *partition) inGrace() bool {
+func (p *Partition) inGrace() bool {
 	return time.Now().UnixNano() < p.graceUntil.Load()
 }
 
@@ -848,21 +987,21 @@ func (p *partition) inGrace() bool {
 // subscription.Admit). Members that are away after a leader change count:
 // their roles are kept for them (SUB-7). When the conflict is with a
 // connected consumer, it is returned to be probed (EX-2).
-func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, outOfOrder bool, c *consumer) (*consumer, error) {
-	ms, mode, km, ooo, _ := p.members(r.sub)
-	d := p.dispatcherOf(r.sub)
+func (p *Partition) checkJoin(r SubscribeRequest, keyMode transport.KeySharedMode, outOfOrder bool, c *Consumer) (*Consumer, error) {
+	ms, mode, km, ooo, _ := p.members(r.Subscription)
+	d := p.dispatcherOf(r.Subscription)
 	connected := d != nil && d.consumerCount() > 0
 	if connected && !d.durable {
-		return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.sub)
+		return nil, wire.Errorf(transport.CodeSubscriptionBusy, "subscription %s is in use by a reader", r.Subscription)
 	}
 	if connected && len(ms) == 0 {
 		mode, km, ooo = d.mode, d.keyMode, d.outOfOrder
 	}
 	if len(ms) > 0 || connected {
-		if mode != r.mode {
-			return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(mode), modeName(r.mode))
+		if mode != r.Mode {
+			return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(mode), modeName(r.Mode))
 		}
-		if r.mode == transport.KeyShared && (km != keyMode || ooo != outOfOrder) {
+		if r.Mode == transport.KeyShared && (km != keyMode || ooo != outOfOrder) {
 			return nil, wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, keyPolicyName(km, ooo), keyPolicyName(keyMode, outOfOrder))
 		}
 	}
@@ -870,7 +1009,7 @@ func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, o
 		return d.admit(c)
 	}
 	_, err := subscription.Admit(subscription.Admission{
-		Mode:     subscription.Mode(r.mode),
+		Mode:     subscription.Mode(r.Mode),
 		Keys:     keyPolicy(keyMode, outOfOrder),
 		Consumer: c.engine(),
 		Members:  engineMembers(ms),
@@ -881,7 +1020,7 @@ func (p *partition) checkJoin(r subscribeReq, keyMode transport.KeySharedMode, o
 
 // detach detaches a consumer; it leaves the subscription's members, and if
 // the subscription is left without consumers its dispatcher stops.
-func (p *partition) detach(sub string, c *consumer) {
+func (p *Partition) detach(sub string, c *Consumer) {
 	p.mu.Lock()
 	d := p.dispatchers[sub]
 	p.mu.Unlock()
@@ -911,7 +1050,7 @@ func (p *partition) detach(sub string, c *consumer) {
 // leave removes members from a subscription and waits for the commit, so
 // that their roles have moved on when it returns. A node that no longer
 // leads leaves it to the next leader's sweep.
-func (p *partition) leave(sub string, ms ...memberState) {
+func (p *Partition) leave(sub string, ms ...memberState) {
 	if !p.group.IsLeader() {
 		return
 	}
@@ -930,7 +1069,7 @@ func (p *partition) leave(sub string, ms ...memberState) {
 // than the reconnect grace: after a leader change, consumers that did not
 // come back give up their roles (SUB-7); in steady state, members whose
 // leave failed are removed.
-func (p *partition) sweepLoop() {
+func (p *Partition) sweepLoop() {
 	defer p.wg.Done()
 	t := time.NewTicker(p.cfg.SweepInterval)
 	defer t.Stop()
@@ -980,7 +1119,7 @@ func (p *partition) sweepLoop() {
 			}
 			away, last = seen, now
 			// Roles kept for away members lapse when the grace ends.
-			p.onApplied(0, false)
+			p.Applied(0, false)
 			for sub, ms := range gone {
 				p.logger.Info("consumers did not come back within the reconnect grace; their roles move on", "subscription", sub, "consumers", len(ms))
 				p.leave(sub, ms...)
@@ -989,11 +1128,11 @@ func (p *partition) sweepLoop() {
 	}
 }
 
-// claimProducer reserves a producer name on the partition for a session
+// ClaimProducer reserves a producer name on the partition for a session
 // (MSG-4: a second producer with the same name is refused). The session
 // that holds the name may claim it again: a client re-attaching after a
 // refused send.
-func (p *partition) claimProducer(name string, owner *session) bool {
+func (p *Partition) ClaimProducer(name string, owner Holder) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.owners[name]; ok && s != owner {
@@ -1003,8 +1142,8 @@ func (p *partition) claimProducer(name string, owner *session) bool {
 	return true
 }
 
-// releaseProducer frees a producer name its session held.
-func (p *partition) releaseProducer(name string, owner *session) {
+// ReleaseProducer frees a producer name its session held.
+func (p *Partition) ReleaseProducer(name string, owner Holder) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.owners[name] == owner {
@@ -1012,8 +1151,8 @@ func (p *partition) releaseProducer(name string, owner *session) {
 	}
 }
 
-// attached reports whether any producer or consumer is attached.
-func (p *partition) attached() bool {
+// Attached reports whether any producer or consumer is attached.
+func (p *Partition) Attached() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.owners) > 0 {
@@ -1027,16 +1166,16 @@ func (p *partition) attached() bool {
 	return false
 }
 
-// damaged reports, once, that this copy was found damaged on disk.
-func (p *partition) damaged(err error) {
+// Damaged reports, once, that this copy was found damaged on disk.
+func (p *Partition) Damaged(err error) {
 	p.damage.CompareAndSwap(nil, &err)
 	if p.onDamage != nil {
 		p.damageOnce.Do(func() { p.onDamage(err) })
 	}
 }
 
-// damageFound returns the first damage reported, or nil.
-func (p *partition) damageFound() error {
+// DamageFound returns the first damage reported, or nil.
+func (p *Partition) DamageFound() error {
 	if err := p.damage.Load(); err != nil {
 		return *err
 	}

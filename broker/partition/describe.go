@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"sort"
@@ -6,11 +6,11 @@ import (
 	"github.com/fabriq-io/fabriq/transport"
 )
 
-// describe fills in what the partition knows of itself: its offsets (the
+// Describe fills in what the partition knows of itself: its offsets (the
 // replicated start, not this copy's own: every replica answers the same),
 // its copy's log size, whether the leader refuses sends for the backlog
 // quota, and its subscriptions.
-func (p *partition) describe(pi *transport.PartitionInfo) {
+func (p *Partition) Describe(pi *transport.PartitionInfo) {
 	pi.StartOffset, pi.NextOffset = p.fsm.StartOffset(), p.fsm.NextOffset()
 	pi.LogBytes = p.log.Info().Bytes
 	if q := p.quota.Load(); q != nil && p.group.IsLeader() {
@@ -21,7 +21,7 @@ func (p *partition) describe(pi *transport.PartitionInfo) {
 
 // describeSubscriptions reports each subscription's mode, backlog and
 // consumers.
-func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
+func (p *Partition) describeSubscriptions() []transport.SubscriptionInfo {
 	next := p.fsm.NextOffset()
 	subs := p.fsm.Subscriptions()
 	out := make([]transport.SubscriptionInfo, 0, len(subs))

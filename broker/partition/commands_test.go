@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func wireMember(m fsm.Member) memberState {
 
 // members returns a subscription's members and its mode and key policy
 // (SUB-7); ok is false when it does not exist.
-func (p *partition) members(sub string) (ms []memberState, mode transport.SubscriptionMode, keyMode transport.KeySharedMode, outOfOrder, ok bool) {
+func (p *Partition) members(sub string) (ms []memberState, mode transport.SubscriptionMode, keyMode transport.KeySharedMode, outOfOrder, ok bool) {
 	fms, fmode, fkeyMode, outOfOrder, ok := p.fsm.Members(sub)
 	for _, m := range fms {
 		ms = append(ms, wireMember(m))
@@ -119,7 +119,7 @@ func joinRefusal(sub string, err error) error {
 
 // apply proposes a command to the partition's group and waits for the
 // state machine's answer, mapping failures for clients.
-func apply[R any](ctx context.Context, p *partition, c fsm.Command[R]) (R, error) {
+func apply[R any](ctx context.Context, p *Partition, c fsm.Command[R]) (R, error) {
 	var zero R
 	data, err := fsm.Encode(c)
 	if err != nil {
