@@ -3,13 +3,56 @@ package broker
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 
+	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
+
+// sessionNode is the node as its client sessions see it: the partitions
+// it leads, lookups and admin operations.
+type sessionNode struct{ n *Node }
+
+var _ nodeOps = sessionNode{}
+
+func (h sessionNode) LocalLeader(name string) (*partition.Partition, error) {
+	return h.n.localLeader(name)
+}
+
+func (h sessionNode) Lookup(name string) (*transport.LookupResult, error) { return h.n.lookup(name) }
+
+func (h sessionNode) Partitions(stream string) (int, error) {
+	_, sm, err := h.n.stream(stream)
+	return sm.Partitions, err
+}
+
+func (h sessionNode) CreateStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
+	return h.n.createStream(ctx, name, partitions, replicas, retention)
+}
+
+func (h sessionNode) DeleteStream(ctx context.Context, name string, force bool) error {
+	return h.n.deleteStream(ctx, name, force)
+}
+
+func (h sessionNode) SetRetention(ctx context.Context, name string, retention transport.RetentionPolicy) error {
+	return h.n.setRetention(ctx, name, retention)
+}
+
+func (h sessionNode) Streams() []string { return h.n.streamNames() }
+
+func (h sessionNode) DescribeStream(name string, only *int32) (transport.StreamInfo, error) {
+	return h.n.describeStream(name, only)
+}
+
+func (h sessionNode) ClusterStatus() transport.ClusterInfo { return h.n.status() }
+
+func (h sessionNode) RenewReplica(partition, member string, from net.Addr) error {
+	return h.n.renewReplica(partition, member, from)
+}
 
 // lookup answers where a partition's leader is: here, another node's
 // client address (from this node's replica or from the routes gossip
@@ -84,20 +127,6 @@ func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 	return st, sm, nil
 }
 
-func (s *session) createStream(c *transport.CreateStream) {
-	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
-	defer cancel()
-	var retention transport.RetentionPolicy
-	if c.Retention != nil {
-		retention = *c.Retention
-	}
-	if err := s.n.createStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), retention); err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	s.reply(&transport.Success{RequestID: c.RequestID})
-}
-
 // createStream records a stream with its retention policy in the metadata
 // group and waits until its partitions on this node have leaders.
 func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
@@ -126,106 +155,104 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	return nil
 }
 
-func (s *session) deleteStream(c *transport.DeleteStream) {
-	st, sm, err := s.n.stream(c.Stream)
+// localLeader finds a partition this node leads, or the error to answer.
+func (n *Node) localLeader(name string) (*partition.Partition, error) {
+	if _, err := geofabric.ParsePartition(name); err != nil {
+		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
+	}
+	lp, ok := n.partition(name)
+	if !ok {
+		return nil, n.notHere(name)
+	}
+	if !lp.group.IsLeader() {
+		return nil, n.notLeaderError(name, lp.group)
+	}
+	return lp.Partition, nil
+}
+
+// deleteStream removes a stream from the metadata group, unless producers
+// or consumers are attached to its partitions on this node and not force.
+func (n *Node) deleteStream(ctx context.Context, name string, force bool) error {
+	st, sm, err := n.stream(name)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+		return err
 	}
-	if !s.n.control.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
-		return
+	if !n.control.IsLeader() {
+		return n.metaNotLeader(n.control.Leader())
 	}
-	if !c.Force {
+	if !force {
 		for _, p := range st.Partitions(sm.Partitions) {
-			if lp, ok := s.n.partition(p.String()); ok && lp.Attached() {
-				s.replyErr(c.RequestID, wire.Errorf(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
-				return
+			if lp, ok := n.partition(p.String()); ok && lp.Attached() {
+				return wire.Errorf(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st)
 			}
 		}
 	}
-	if err := s.n.control.DeleteStream(s.ctx, st.String()); err != nil {
-		s.replyErr(c.RequestID, s.n.metaError(err))
-		return
+	if err := n.control.DeleteStream(ctx, st.String()); err != nil {
+		return n.metaError(err)
 	}
-	s.reply(&transport.Success{RequestID: c.RequestID})
+	return nil
 }
 
-func (s *session) setRetention(c *transport.SetRetention) {
-	st, _, err := s.n.stream(c.Stream)
+// setRetention changes a stream's retention policy in the metadata group.
+func (n *Node) setRetention(ctx context.Context, name string, retention transport.RetentionPolicy) error {
+	st, _, err := n.stream(name)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+		return err
 	}
-	if err := validRetention(c.Retention); err != nil {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "%v", err))
-		return
+	if err := validRetention(retention); err != nil {
+		return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
 	}
-	if !s.n.control.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
-		return
+	if !n.control.IsLeader() {
+		return n.metaNotLeader(n.control.Leader())
 	}
-	if err := s.n.control.SetRetention(context.Background(), st.String(), retentionFromWire(c.Retention)); err != nil {
-		s.replyErr(c.RequestID, s.n.metaError(err))
-		return
+	if err := n.control.SetRetention(ctx, st.String(), retentionFromWire(retention)); err != nil {
+		return n.metaError(err)
 	}
-	s.reply(&transport.Success{RequestID: c.RequestID})
+	return nil
 }
 
-func (s *session) listStreams(c *transport.ListStreams) {
-	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
-	if err != nil {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
-		return
+// streamNames returns the name of every stream in the catalog.
+func (n *Node) streamNames() []string {
+	var names []string
+	for _, m := range n.catalog.Streams() {
+		names = append(names, m.Name)
 	}
-	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
-	for _, m := range s.n.catalog.Streams() {
-		st, err := geofabric.ParseStream(m.Name)
-		if err == nil && st.Tenant == tenant && st.Fabric == fabric {
-			res.Streams = append(res.Streams, m.Name)
-		}
-	}
-	s.reply(res)
+	return names
 }
 
-func (s *session) describeStream(c *transport.DescribeStream) {
-	st, sm, err := s.n.stream(c.Stream)
+// describeStream describes a stream and its partitions as this node
+// knows them; with only, that partition alone, which this node must lead.
+func (n *Node) describeStream(name string, only *int32) (transport.StreamInfo, error) {
+	st, sm, err := n.stream(name)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+		return transport.StreamInfo{}, err
 	}
 	info := transport.StreamInfo{Stream: sm.Name, Replicas: int32(sm.Replicas), Retention: retentionToWire(sm.Retention)}
-	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= sm.Partitions) {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *c.Partition))
-		return
+	if only != nil && (*only < 0 || int(*only) >= sm.Partitions) {
+		return transport.StreamInfo{}, wire.Errorf(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *only)
 	}
 	for i, p := range st.Partitions(sm.Partitions) {
-		if c.Partition != nil {
-			if int(*c.Partition) != i {
+		if only != nil {
+			if int(*only) != i {
 				continue
 			}
-			if _, err := s.localLeader(p.String()); err != nil {
-				s.replyErr(c.RequestID, err)
-				return
+			if _, err := n.localLeader(p.String()); err != nil {
+				return transport.StreamInfo{}, err
 			}
 		}
 		pi := transport.PartitionInfo{Partition: int32(i), Replicas: sm.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
-		if lp, ok := s.n.partition(p.String()); ok {
+		if lp, ok := n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
 			pi.Leader = meta.NodeOf(id)
 			lp.Describe(&pi)
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is
 			// gone deletes the member's copy.
-			pi.Members = s.n.committedConfig(lp)
+			pi.Members = n.committedConfig(lp)
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}
-	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
-}
-
-func (s *session) clusterStatus(c *transport.ClusterStatus) {
-	s.reply(&transport.ClusterStatusResult{RequestID: c.RequestID, Status: s.n.status()})
+	return info, nil
 }
 
 // status reports the cluster as this node sees it: nodes with their state,

@@ -940,7 +940,7 @@ func (n *Node) acceptLoop() {
 			n.refuse(nc, over)
 			continue
 		}
-		s, err := newSession(n, nc)
+		s, err := newSession(nc, sessionNode{n}, n.sessionConfig())
 		if err != nil {
 			n.mu.Unlock()
 			n.logger.Error("cannot serve a connection", "err", err)
@@ -961,6 +961,20 @@ func (n *Node) acceptLoop() {
 			}
 			n.mu.Unlock()
 		}()
+	}
+}
+
+// sessionConfig is what the node's client sessions are told of its
+// configuration.
+func (n *Node) sessionConfig() sessionConfig {
+	return sessionConfig{
+		NodeID:          n.cfg.NodeID,
+		Version:         n.cfg.Version,
+		MaxMessageBytes: n.cfg.MaxMessageBytes,
+		MaxProducers:    n.cfg.Limits.MaxProducersPerConnection,
+		MaxConsumers:    n.cfg.Limits.MaxConsumersPerConnection,
+		MaxQueuedBytes:  n.cfg.Limits.MaxQueuedBytesPerConnection,
+		Logger:          n.logger,
 	}
 }
 

@@ -29,10 +29,61 @@ const (
 	writeTimeout = 10 * time.Second
 )
 
+// nodeOps is what a session needs of the node it serves on: its
+// partitions, lookups and admin operations. Errors are transport errors
+// to answer with.
+type nodeOps interface {
+	// LocalLeader returns the partition of that name this node leads, or
+	// the error to answer (InvalidName, NotLeader with a hint,
+	// StreamNotFound, ServiceNotReady).
+	LocalLeader(partition string) (*partition.Partition, error)
+	// Lookup answers where a partition's leader is.
+	Lookup(partition string) (*transport.LookupResult, error)
+	// Partitions returns how many partitions a stream has.
+	Partitions(stream string) (int, error)
+	// CreateStream creates a stream and waits until its partitions on
+	// this node have leaders.
+	CreateStream(ctx context.Context, stream string, partitions, replicas int, retention transport.RetentionPolicy) error
+	// DeleteStream deletes a stream; without force, not while producers
+	// or consumers are attached to its partitions on this node.
+	DeleteStream(ctx context.Context, stream string, force bool) error
+	// SetRetention changes a stream's retention policy.
+	SetRetention(ctx context.Context, stream string, retention transport.RetentionPolicy) error
+	// Streams returns the name of every stream.
+	Streams() []string
+	// DescribeStream describes a stream's partitions as this node knows
+	// them; with partition, that one alone, which this node must lead.
+	DescribeStream(stream string, partition *int32) (transport.StreamInfo, error)
+	// ClusterStatus reports the cluster as this node sees it.
+	ClusterStatus() transport.ClusterInfo
+	// RenewReplica places a new member in place of a damaged copy, for a
+	// node of an older version that asks over the client port; from is
+	// the connection's address.
+	RenewReplica(partition, member string, from net.Addr) error
+}
+
+// sessionConfig is what a session needs to know of the node's
+// configuration.
+type sessionConfig struct {
+	// NodeID and Version are told to clients; NodeID names the
+	// producers a session names itself.
+	NodeID  string
+	Version string
+	// MaxMessageBytes refuses larger messages (MSG-6).
+	MaxMessageBytes int
+	// MaxProducers and MaxConsumers bound what one connection holds.
+	MaxProducers int
+	MaxConsumers int
+	// MaxQueuedBytes bounds, each way, the bytes a connection holds.
+	MaxQueuedBytes int
+	Logger         *slog.Logger
+}
+
 // session is one client connection: its producers, its consumers, and a
 // writer goroutine that sends what the node queues for the client.
 type session struct {
-	n      *Node
+	node   nodeOps
+	cfg    sessionConfig
 	seq    uint64 // names the connection to the dispatch engine
 	conn   *transport.Conn
 	logger *slog.Logger
@@ -84,8 +135,8 @@ var producerSeq atomic.Uint64
 // sessionSeq numbers the node's sessions.
 var sessionSeq atomic.Uint64
 
-func newSession(n *Node, nc net.Conn) (*session, error) {
-	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: n.cfg.MaxMessageBytes + 64<<10, Logger: n.logger})
+func newSession(nc net.Conn, node nodeOps, cfg sessionConfig) (*session, error) {
+	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: cfg.MaxMessageBytes + 64<<10, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -94,14 +145,15 @@ func newSession(n *Node, nc net.Conn) (*session, error) {
 		seq:         sessionSeq.Add(1),
 		ctx:         ctx,
 		cancel:      cancel,
-		n:           n,
+		node:        node,
+		cfg:         cfg,
 		conn:        conn,
-		logger:      n.logger.With("client", nc.RemoteAddr().String()),
+		logger:      cfg.Logger.With("client", nc.RemoteAddr().String()),
 		out:         make(chan transport.Command, outboxSize),
 		msgs:        make(chan transport.Command, msgBoxSize),
 		pong:        make(chan struct{}, 1),
-		in:          newInbox(n.cfg.Limits.MaxQueuedBytesPerConnection),
-		outBytes:    newGate(n.cfg.Limits.MaxQueuedBytesPerConnection),
+		in:          newInbox(cfg.MaxQueuedBytes),
+		outBytes:    newGate(cfg.MaxQueuedBytes),
 		done:        make(chan struct{}),
 		producers:   map[uint64]*sessProducer{},
 		consumers:   map[uint64]*partition.Consumer{},
@@ -127,9 +179,9 @@ func (s *session) serve() {
 	if err == nil {
 		err = s.conn.Send(ctx, &transport.Connected{
 			ProtocolVersion: transport.ProtocolVersion,
-			ServerVersion:   s.n.cfg.Version,
-			NodeID:          s.n.cfg.NodeID,
-			MaxFrameSize:    s.n.cfg.MaxMessageBytes + 64<<10,
+			ServerVersion:   s.cfg.Version,
+			NodeID:          s.cfg.NodeID,
+			MaxFrameSize:    s.cfg.MaxMessageBytes + 64<<10,
 		})
 	}
 	if err != nil {
@@ -496,60 +548,22 @@ func (s *session) handle(cmd transport.Command) {
 	case *transport.ClusterStatus:
 		s.clusterStatus(c)
 	case *transport.RenewReplica:
-		if err := s.n.renewReplica(c.Partition, c.Member, s.conn.RemoteAddr()); err != nil {
-			s.replyErr(c.RequestID, err)
-		} else {
-			s.reply(&transport.Success{RequestID: c.RequestID})
-		}
+		s.renewReplica(c)
 	default:
 		s.conn.Fail(transport.CodeProtocol, fmt.Errorf("unexpected command %T from a client", cmd))
 		s.close()
 	}
 }
 
-// localLeader finds a partition this node leads, or the error to answer.
-func (s *session) localLeader(name string) (*partition.Partition, error) {
-	if _, err := geofabric.ParsePartition(name); err != nil {
-		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
-	}
-	lp, ok := s.n.partition(name)
-	if !ok {
-		return nil, s.n.notHere(name)
-	}
-	if !lp.group.IsLeader() {
-		return nil, s.n.notLeaderError(name, lp.group)
-	}
-	return lp.Partition, nil
-}
-
-func (s *session) lookup(c *transport.Lookup) {
-	res, err := s.n.lookup(c.Stream)
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	res.RequestID = c.RequestID
-	s.reply(res)
-}
-
-func (s *session) partitionedMetadata(c *transport.PartitionedMetadata) {
-	_, meta, err := s.n.stream(c.Stream)
-	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	s.reply(&transport.PartitionedMetadataResult{RequestID: c.RequestID, Partitions: int32(meta.Partitions)})
-}
-
 func (s *session) createProducer(c *transport.CreateProducer) {
 	name := c.ProducerName
 	if name == "" {
-		name = fmt.Sprintf("%s-%d", s.n.cfg.NodeID, producerSeq.Add(1))
+		name = fmt.Sprintf("%s-%d", s.cfg.NodeID, producerSeq.Add(1))
 	} else if err := geofabric.CheckClientName("producer", name); err != nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
-	lp, err := s.localLeader(c.Stream)
+	lp, err := s.node.LocalLeader(c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
@@ -567,8 +581,8 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 		}
 	}
 	s.mu.Unlock()
-	if limit := s.n.cfg.Limits.MaxProducersPerConnection; held >= limit {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.n.cfg.NodeID))
+	if limit := s.cfg.MaxProducers; held >= limit {
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.cfg.NodeID))
 		return
 	}
 	if !lp.ClaimProducer(name, s) {
@@ -625,8 +639,8 @@ func (s *session) send(c *transport.Send) {
 	size := 0
 	for i, m := range c.Messages {
 		size += len(m.Payload)
-		if len(m.Payload) > s.n.cfg.MaxMessageBytes {
-			fail(wire.Errorf(transport.CodeTooLarge, "message of %d bytes is above the limit of %d", len(m.Payload), s.n.cfg.MaxMessageBytes))
+		if len(m.Payload) > s.cfg.MaxMessageBytes {
+			fail(wire.Errorf(transport.CodeTooLarge, "message of %d bytes is above the limit of %d", len(m.Payload), s.cfg.MaxMessageBytes))
 			return
 		}
 		if i > 0 && m.SequenceID <= c.Messages[i-1].SequenceID {
@@ -676,7 +690,7 @@ func (s *session) subscribe(c *transport.Subscribe) {
 			return
 		}
 	}
-	lp, err := s.localLeader(c.Stream)
+	lp, err := s.node.LocalLeader(c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
@@ -717,9 +731,9 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		return
 	}
 	// Subscribes in flight count: they may all succeed.
-	if limit := s.n.cfg.Limits.MaxConsumersPerConnection; len(s.consumers)+len(s.subscribing) >= limit {
+	if limit := s.cfg.MaxConsumers; len(s.consumers)+len(s.subscribing) >= limit {
 		s.mu.Unlock()
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.n.cfg.NodeID))
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.cfg.NodeID))
 		return
 	}
 	s.subscribing[c.ConsumerID] = true
