@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -17,7 +18,7 @@ import (
 // it leads, lookups and admin operations.
 type sessionNode struct{ n *Node }
 
-var _ nodeOps = sessionNode{}
+var _ session.Node = sessionNode{}
 
 func (h sessionNode) LocalLeader(name string) (*partition.Partition, error) {
 	return h.n.localLeader(name)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
 )
@@ -185,13 +186,14 @@ type ClientLimits struct {
 
 // DefaultClientLimits returns the defaults of ClientLimits.
 func DefaultClientLimits() ClientLimits {
+	s := session.DefaultConfig()
 	return ClientLimits{
 		MaxConnections:               10_000,
 		MaxConnectionsPerAddress:     1_000,
-		MaxProducersPerConnection:    1_000,
-		MaxConsumersPerConnection:    1_000,
+		MaxProducersPerConnection:    s.MaxProducers,
+		MaxConsumersPerConnection:    s.MaxConsumers,
 		MaxSubscriptionsPerPartition: 1_000,
-		MaxQueuedBytesPerConnection:  16 << 20,
+		MaxQueuedBytesPerConnection:  s.MaxQueuedBytes,
 	}
 }
 
@@ -299,7 +301,7 @@ func DefaultConfig() Config {
 		ClientAddr:      "127.0.0.1:6650",
 		RaftAddr:        "127.0.0.1:7650",
 		BootstrapExpect: 1,
-		MaxMessageBytes: 5 << 20,
+		MaxMessageBytes: session.DefaultConfig().MaxMessageBytes,
 		MinFreeDisk:     DefaultMinFreeDisk,
 		Version:         "dev",
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/cluster/meta"
@@ -65,7 +66,7 @@ type Node struct {
 	// retired holds the copies of partitions moved away that still run
 	// their group, retired (retirePartition), until it removes them.
 	retired  map[string]*localPartition
-	sessions map[*session]struct{}
+	sessions map[*session.Session]struct{}
 	// perAddr counts the sessions of each client IP address.
 	perAddr map[string]int
 	// refusals holds a token per connection being told it is over a
@@ -126,7 +127,7 @@ func NewNode(cfg Config) (*Node, error) {
 		stop:        make(chan struct{}),
 		partitions:  map[string]*localPartition{},
 		retired:     map[string]*localPartition{},
-		sessions:    map[*session]struct{}{},
+		sessions:    map[*session.Session]struct{}{},
 		perAddr:     map[string]int{},
 		refusals:    make(chan struct{}, maxRefusals),
 		halted:      map[string]*haltedCopy{},
@@ -940,7 +941,7 @@ func (n *Node) acceptLoop() {
 			n.refuse(nc, over)
 			continue
 		}
-		s, err := newSession(nc, sessionNode{n}, n.sessionConfig())
+		s, err := session.New(nc, sessionNode{n}, n.sessionConfig())
 		if err != nil {
 			n.mu.Unlock()
 			n.logger.Error("cannot serve a connection", "err", err)
@@ -953,7 +954,7 @@ func (n *Node) acceptLoop() {
 		n.mu.Unlock()
 		go func() {
 			defer n.wg.Done()
-			s.serve()
+			s.Serve()
 			n.mu.Lock()
 			delete(n.sessions, s)
 			if n.perAddr[host]--; n.perAddr[host] <= 0 {
@@ -966,8 +967,8 @@ func (n *Node) acceptLoop() {
 
 // sessionConfig is what the node's client sessions are told of its
 // configuration.
-func (n *Node) sessionConfig() sessionConfig {
-	return sessionConfig{
+func (n *Node) sessionConfig() session.Config {
+	return session.Config{
 		NodeID:          n.cfg.NodeID,
 		Version:         n.cfg.Version,
 		MaxMessageBytes: n.cfg.MaxMessageBytes,
@@ -1091,7 +1092,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
-	sessions := make([]*session, 0, len(n.sessions))
+	sessions := make([]*session.Session, 0, len(n.sessions))
 	for s := range n.sessions {
 		sessions = append(sessions, s)
 	}
@@ -1102,7 +1103,7 @@ func (n *Node) Close() error {
 		n.clientLn.Close()
 	}
 	for _, s := range sessions {
-		s.close()
+		s.Close()
 	}
 	n.wg.Wait()
 	if n.rpc != nil {

@@ -1,4 +1,4 @@
-package broker
+package session
 
 import (
 	"context"
@@ -29,16 +29,16 @@ const (
 	writeTimeout = 10 * time.Second
 )
 
-// nodeOps is what a session needs of the node it serves on: its
+// Node is what a session needs of the node it serves on: its
 // partitions, lookups and admin operations. Errors are transport errors
 // to answer with.
-type nodeOps interface {
+type Node interface {
 	// LocalLeader returns the partition of that name this node leads, or
 	// the error to answer (InvalidName, NotLeader with a hint,
 	// StreamNotFound, ServiceNotReady).
-	LocalLeader(partition string) (*partition.Partition, error)
+	LocalLeader(name string) (*partition.Partition, error)
 	// Lookup answers where a partition's leader is.
-	Lookup(partition string) (*transport.LookupResult, error)
+	Lookup(name string) (*transport.LookupResult, error)
 	// Partitions returns how many partitions a stream has.
 	Partitions(stream string) (int, error)
 	// CreateStream creates a stream and waits until its partitions on
@@ -62,28 +62,69 @@ type nodeOps interface {
 	RenewReplica(partition, member string, from net.Addr) error
 }
 
-// sessionConfig is what a session needs to know of the node's
-// configuration.
-type sessionConfig struct {
+// Config is what a session needs to know of the node's configuration.
+// Zero fields take DefaultConfig's values.
+type Config struct {
 	// NodeID and Version are told to clients; NodeID names the
 	// producers a session names itself.
 	NodeID  string
 	Version string
-	// MaxMessageBytes refuses larger messages (MSG-6).
+	// MaxMessageBytes refuses larger messages (MSG-6). Default 5 MiB.
 	MaxMessageBytes int
-	// MaxProducers and MaxConsumers bound what one connection holds.
+	// MaxProducers and MaxConsumers bound the producers and consumers one
+	// connection holds. Default 1,000 each.
 	MaxProducers int
 	MaxConsumers int
-	// MaxQueuedBytes bounds, each way, the bytes a connection holds.
+	// MaxQueuedBytes bounds, each way, the bytes a connection holds: the
+	// frames read and not yet handled, and the Message frames queued and
+	// not yet written (plus one frame each way). Default 16 MiB.
 	MaxQueuedBytes int
-	Logger         *slog.Logger
+	// Logger receives the session's logs. Nil discards them.
+	Logger *slog.Logger
 }
 
-// session is one client connection: its producers, its consumers, and a
-// writer goroutine that sends what the node queues for the client.
-type session struct {
-	node   nodeOps
-	cfg    sessionConfig
+// DefaultConfig returns the defaults used for zero fields.
+func DefaultConfig() Config {
+	return Config{MaxMessageBytes: 5 << 20, MaxProducers: 1_000, MaxConsumers: 1_000, MaxQueuedBytes: 16 << 20}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	fill := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fill(&c.MaxMessageBytes, d.MaxMessageBytes)
+	fill(&c.MaxProducers, d.MaxProducers)
+	fill(&c.MaxConsumers, d.MaxConsumers)
+	fill(&c.MaxQueuedBytes, d.MaxQueuedBytes)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.MaxMessageBytes < 0 || c.MaxProducers < 0 || c.MaxConsumers < 0 || c.MaxQueuedBytes < 0 {
+		return errors.New("session: config: negative limits")
+	}
+	return nil
+}
+
+// Session is one client connection of fabriq's protocol: its producers,
+// its consumers, the goroutine that reads its frames, the workers that
+// serve its slow requests, and the one that writes what the node queues
+// for the client. It is the Outbox of its consumers and the Holder of its
+// producers (package partition).
+//
+// Lifecycle: New starts nothing; Serve runs the session until the
+// connection ends, then detaches everything it held; Close ends it from
+// outside (Serve returns), and may be called more than once.
+type Session struct {
+	node   Node
+	cfg    Config
 	seq    uint64 // names the connection to the dispatch engine
 	conn   *transport.Conn
 	logger *slog.Logger
@@ -135,13 +176,24 @@ var producerSeq atomic.Uint64
 // sessionSeq numbers the node's sessions.
 var sessionSeq atomic.Uint64
 
-func newSession(nc net.Conn, node nodeOps, cfg sessionConfig) (*session, error) {
+var (
+	_ partition.Outbox = (*Session)(nil)
+	_ partition.Holder = (*Session)(nil)
+)
+
+// New returns a session for a connection a client opened, on node; it
+// starts nothing.
+func New(nc net.Conn, node Node, cfg Config) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: cfg.MaxMessageBytes + 64<<10, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &session{
+	return &Session{
 		seq:         sessionSeq.Add(1),
 		ctx:         ctx,
 		cancel:      cancel,
@@ -161,8 +213,8 @@ func newSession(nc net.Conn, node nodeOps, cfg sessionConfig) (*session, error) 
 	}, nil
 }
 
-// close ends the session from outside; serve returns.
-func (s *session) close() {
+// Close ends the session from outside; Serve returns.
+func (s *Session) Close() {
 	s.once.Do(func() {
 		close(s.done)
 		s.cancel()
@@ -170,8 +222,9 @@ func (s *session) close() {
 	s.conn.Close()
 }
 
-// serve runs the session until the connection ends.
-func (s *session) serve() {
+// Serve runs the session until the connection ends, then detaches every
+// producer and consumer it held.
+func (s *Session) Serve() {
 	defer s.cleanup()
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
@@ -203,40 +256,10 @@ func (s *session) serve() {
 	// session's control workers (control); the rest (sends, acks, flow:
 	// what must keep its order) are handled in order by this goroutine.
 	// What is read and not yet handled is bounded by bytes
-	// (ClientLimits.MaxQueuedBytesPerConnection).
+	// (Config.MaxQueuedBytes).
 	readErr := make(chan error, 1)
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer s.in.end()
-		for {
-			cmd, size, err := s.conn.ReceiveSized()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			switch cmd.(type) {
-			case *transport.Pong:
-				select {
-				case s.pong <- struct{}{}:
-				default:
-				}
-				continue
-			case *transport.Ping:
-				s.reply(&transport.Pong{})
-				continue
-			}
-			q := queued{cmd: cmd, size: charge(size)}
-			if !s.in.take(q.size, s.done) {
-				return
-			}
-			if slowRequest(cmd) {
-				s.control(q.size, func() { s.handle(q.cmd) })
-				continue
-			}
-			s.in.put(q)
-		}
-	}()
+	go s.readLoop(readErr)
 	for {
 		q, ok := s.in.next(s.done)
 		if !ok {
@@ -249,6 +272,42 @@ func (s *session) serve() {
 	case err := <-readErr:
 		s.failFrame(err)
 	default:
+	}
+}
+
+// readLoop reads the connection's frames until it fails (the error goes
+// to readErr) or the session closes: it answers Pings and takes Pongs,
+// hands slow requests to the control workers and queues the others for
+// Serve, taking their bytes from the inbox first.
+func (s *Session) readLoop(readErr chan<- error) {
+	defer s.wg.Done()
+	defer s.in.end()
+	for {
+		cmd, size, err := s.conn.ReceiveSized()
+		if err != nil {
+			readErr <- err
+			return
+		}
+		switch cmd.(type) {
+		case *transport.Pong:
+			select {
+			case s.pong <- struct{}{}:
+			default:
+			}
+			continue
+		case *transport.Ping:
+			s.reply(&transport.Pong{})
+			continue
+		}
+		q := queued{cmd: cmd, size: charge(size)}
+		if !s.in.take(q.size, s.done) {
+			return
+		}
+		if slowRequest(cmd) {
+			s.control(q.size, func() { s.handle(q.cmd) })
+			continue
+		}
+		s.in.put(q)
 	}
 }
 
@@ -277,17 +336,17 @@ func slowRequest(cmd transport.Command) bool {
 // goroutines: cleanup waits for them, and the session's context, which
 // every request's waits derive from, ends them when it closes. Queued
 // requests of a closed session are dropped.
-func (s *session) control(size int, job func()) {
+func (s *Session) control(size int, job func()) {
 	s.startControl(controlJob{size: size, run: job})
 }
 
 // release runs on a control worker what a session must do even if it
 // closes meanwhile (detaching a consumer it has let go of).
-func (s *session) release(job func()) {
+func (s *Session) release(job func()) {
 	s.startControl(controlJob{run: job, must: true})
 }
 
-func (s *session) startControl(job controlJob) {
+func (s *Session) startControl(job controlJob) {
 	s.ctlMu.Lock()
 	if s.ctlRunning >= maxControl {
 		s.ctlQueue = append(s.ctlQueue, job)
@@ -309,7 +368,7 @@ type controlJob struct {
 }
 
 // controlWorker runs job, then queued jobs until none is left.
-func (s *session) controlWorker(job controlJob) {
+func (s *Session) controlWorker(job controlJob) {
 	defer s.wg.Done()
 	for {
 		select {
@@ -337,7 +396,7 @@ func (s *session) controlWorker(job controlJob) {
 
 // failFrame answers a frame the codec refused with an Error, then closes;
 // other errors (the peer went away) just end the session.
-func (s *session) failFrame(err error) {
+func (s *Session) failFrame(err error) {
 	switch {
 	case errors.Is(err, transport.ErrFrameTooLarge):
 		s.conn.Fail(transport.CodeTooLarge, err)
@@ -349,7 +408,7 @@ func (s *session) failFrame(err error) {
 }
 
 // writeLoop sends queued frames, replies before messages.
-func (s *session) writeLoop() {
+func (s *Session) writeLoop() {
 	defer s.wg.Done()
 	for {
 		var cmd transport.Command
@@ -373,7 +432,7 @@ func (s *session) writeLoop() {
 		}
 		if err != nil {
 			s.logger.Debug("write failed", "err", err)
-			s.close()
+			s.Close()
 			return
 		}
 	}
@@ -381,13 +440,13 @@ func (s *session) writeLoop() {
 
 // reply queues a frame for the client; a client too slow to take its
 // frames loses its connection rather than stalling the node.
-func (s *session) reply(cmd transport.Command) {
+func (s *Session) reply(cmd transport.Command) {
 	select {
 	case s.out <- cmd:
 	case <-s.done:
 	default:
 		s.logger.Warn("client does not read its frames; closing the connection")
-		s.close()
+		s.Close()
 	}
 }
 
@@ -395,11 +454,11 @@ func (s *session) reply(cmd transport.Command) {
 // backpressure) until ctx ends. A client that takes no frames until the
 // deadline loses its connection; a push cancelled because its dispatcher
 // stops leaves the connection alone.
-func (s *session) Deliver(ctx context.Context, m *transport.Message) error {
+func (s *Session) Deliver(ctx context.Context, m *transport.Message) error {
 	size := messageSize(m)
 	if err := s.outBytes.take(ctx, size, s.done); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			s.close()
+			s.Close()
 		}
 		return err
 	}
@@ -412,7 +471,7 @@ func (s *session) Deliver(ctx context.Context, m *transport.Message) error {
 	case <-ctx.Done():
 		s.outBytes.give(size)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			s.close()
+			s.Close()
 		}
 		return ctx.Err()
 	}
@@ -420,7 +479,7 @@ func (s *session) Deliver(ctx context.Context, m *transport.Message) error {
 
 // EvictConsumer drops a consumer its partition no longer serves and tells
 // the client.
-func (s *session) EvictConsumer(id uint64) {
+func (s *Session) EvictConsumer(id uint64) {
 	s.mu.Lock()
 	_, ok := s.consumers[id]
 	delete(s.consumers, id)
@@ -432,7 +491,7 @@ func (s *session) EvictConsumer(id uint64) {
 
 // Probe pings the client and waits for its Pong. Probes of one session
 // take turns, so that each waits for the answer to its own ping.
-func (s *session) Probe(timeout time.Duration) bool {
+func (s *Session) Probe(timeout time.Duration) bool {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	select {
@@ -453,16 +512,16 @@ func (s *session) Probe(timeout time.Duration) bool {
 }
 
 // Drop closes the session's connection.
-func (s *session) Drop() { s.close() }
+func (s *Session) Drop() { s.Close() }
 
 // ActiveChange tells a failover consumer whether it is the master (FO-6).
-func (s *session) ActiveChange(id uint64, active bool) {
+func (s *Session) ActiveChange(id uint64, active bool) {
 	s.reply(&transport.ActiveConsumerChange{ConsumerID: id, Active: active})
 }
 
 // EvictProducer drops the producer of a partition no longer led here and
 // tells the client (partition.Holder).
-func (s *session) EvictProducer(p *partition.Partition, name string) {
+func (s *Session) EvictProducer(p *partition.Partition, name string) {
 	s.mu.Lock()
 	var ids []uint64
 	for id, sp := range s.producers {
@@ -478,15 +537,15 @@ func (s *session) EvictProducer(p *partition.Partition, name string) {
 }
 
 // replyErr answers a request with an Error.
-func (s *session) replyErr(requestID uint64, err error) {
+func (s *Session) replyErr(requestID uint64, err error) {
 	e := wire.From(err)
 	e.RequestID = requestID
 	s.reply(e)
 }
 
 // cleanup detaches everything the session held.
-func (s *session) cleanup() {
-	s.close()
+func (s *Session) cleanup() {
+	s.Close()
 	s.wg.Wait()
 	s.mu.Lock()
 	producers, consumers := s.producers, s.consumers
@@ -500,7 +559,7 @@ func (s *session) cleanup() {
 	}
 }
 
-func (s *session) handle(cmd transport.Command) {
+func (s *Session) handle(cmd transport.Command) {
 	switch c := cmd.(type) {
 	case *transport.Ping:
 		s.reply(&transport.Pong{})
@@ -551,11 +610,11 @@ func (s *session) handle(cmd transport.Command) {
 		s.renewReplica(c)
 	default:
 		s.conn.Fail(transport.CodeProtocol, fmt.Errorf("unexpected command %T from a client", cmd))
-		s.close()
+		s.Close()
 	}
 }
 
-func (s *session) createProducer(c *transport.CreateProducer) {
+func (s *Session) createProducer(c *transport.CreateProducer) {
 	name := c.ProducerName
 	if name == "" {
 		name = fmt.Sprintf("%s-%d", s.cfg.NodeID, producerSeq.Add(1))
@@ -616,7 +675,7 @@ func (s *session) createProducer(c *transport.CreateProducer) {
 	})
 }
 
-func (s *session) send(c *transport.Send) {
+func (s *Session) send(c *transport.Send) {
 	s.mu.Lock()
 	p := s.producers[c.ProducerID]
 	s.mu.Unlock()
@@ -666,7 +725,7 @@ func (s *session) send(c *transport.Send) {
 	})
 }
 
-func (s *session) closeProducer(c *transport.CloseProducer) {
+func (s *Session) closeProducer(c *transport.CloseProducer) {
 	s.mu.Lock()
 	p := s.producers[c.ProducerID]
 	delete(s.producers, c.ProducerID)
@@ -679,7 +738,7 @@ func (s *session) closeProducer(c *transport.CloseProducer) {
 	}
 }
 
-func (s *session) subscribe(c *transport.Subscribe) {
+func (s *Session) subscribe(c *transport.Subscribe) {
 	if err := geofabric.CheckClientName("subscription", c.Subscription); err != nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
@@ -695,49 +754,17 @@ func (s *session) subscribe(c *transport.Subscribe) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	if c.Mode > transport.KeyShared {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode))
+	if err := checkMode(c); err != nil {
+		s.replyErr(c.RequestID, err)
 		return
-	}
-	if ks := c.KeyShared; ks != nil && c.Mode == transport.KeyShared {
-		if ks.Mode > transport.Sticky {
-			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "unknown key_shared mode %d", ks.Mode))
-			return
-		}
-		if ks.Mode == transport.AutoSplit && len(ks.Ranges) > 0 {
-			s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "hash ranges are for sticky key_shared consumers; auto_split assigns hashes itself"))
-			return
-		}
 	}
 	name := c.ConsumerName
 	if name == "" {
 		name = fmt.Sprintf("consumer-%d", producerSeq.Add(1))
 	}
-	s.mu.Lock()
-	if old, ok := s.consumers[c.ConsumerID]; ok {
-		s.mu.Unlock()
-		if old.Subscription() == c.Subscription && old.Partition() == lp {
-			// SUB-6: idempotent on one connection for one consumer id.
-			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.Name()})
-			return
-		}
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
+	if !s.startSubscribe(c, lp) {
 		return
 	}
-	// Subscribes run concurrently: one id has one in flight at most.
-	if s.subscribing[c.ConsumerID] {
-		s.mu.Unlock()
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "a subscribe for consumer id %d is in progress on this connection", c.ConsumerID))
-		return
-	}
-	// Subscribes in flight count: they may all succeed.
-	if limit := s.cfg.MaxConsumers; len(s.consumers)+len(s.subscribing) >= limit {
-		s.mu.Unlock()
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.cfg.NodeID))
-		return
-	}
-	s.subscribing[c.ConsumerID] = true
-	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.subscribing, c.ConsumerID)
@@ -769,13 +796,64 @@ func (s *session) subscribe(c *transport.Subscribe) {
 	}
 }
 
-func (s *session) consumer(id uint64) *partition.Consumer {
+// checkMode refuses an unknown subscription mode or key_shared policy,
+// and hash ranges asked of auto_split.
+func checkMode(c *transport.Subscribe) error {
+	if c.Mode > transport.KeyShared {
+		return wire.Errorf(transport.CodeInvalidArgument, "unknown subscription mode %d", c.Mode)
+	}
+	if ks := c.KeyShared; ks != nil && c.Mode == transport.KeyShared {
+		if ks.Mode > transport.Sticky {
+			return wire.Errorf(transport.CodeInvalidArgument, "unknown key_shared mode %d", ks.Mode)
+		}
+		if ks.Mode == transport.AutoSplit && len(ks.Ranges) > 0 {
+			return wire.Errorf(transport.CodeInvalidArgument, "hash ranges are for sticky key_shared consumers; auto_split assigns hashes itself")
+		}
+	}
+	return nil
+}
+
+// startSubscribe marks the subscribe's consumer id in progress, unless
+// the id is in use or being subscribed on this connection, or the
+// connection holds its limit of consumers; then it answers and reports
+// false. A repeated subscribe of the same consumer is answered as the
+// first was (SUB-6). The caller clears the mark when done.
+func (s *Session) startSubscribe(c *transport.Subscribe, lp *partition.Partition) bool {
+	s.mu.Lock()
+	if old, ok := s.consumers[c.ConsumerID]; ok {
+		s.mu.Unlock()
+		if old.Subscription() == c.Subscription && old.Partition() == lp {
+			// SUB-6: idempotent on one connection for one consumer id.
+			s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: old.Name()})
+			return false
+		}
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "consumer id %d is in use on this connection", c.ConsumerID))
+		return false
+	}
+	// Subscribes run concurrently: one id has one in flight at most.
+	if s.subscribing[c.ConsumerID] {
+		s.mu.Unlock()
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "a subscribe for consumer id %d is in progress on this connection", c.ConsumerID))
+		return false
+	}
+	// Subscribes in flight count: they may all succeed.
+	if limit := s.cfg.MaxConsumers; len(s.consumers)+len(s.subscribing) >= limit {
+		s.mu.Unlock()
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d consumers, the limit of node %s (--max-consumers-per-connection)", limit, s.cfg.NodeID))
+		return false
+	}
+	s.subscribing[c.ConsumerID] = true
+	s.mu.Unlock()
+	return true
+}
+
+func (s *Session) consumer(id uint64) *partition.Consumer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.consumers[id]
 }
 
-func (s *session) flow(c *transport.Flow) {
+func (s *Session) flow(c *transport.Flow) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
 		s.replyErr(0, wire.Errorf(transport.CodeConsumerNotFound, "flow for unknown consumer %d", c.ConsumerID))
@@ -786,7 +864,7 @@ func (s *session) flow(c *transport.Flow) {
 	}
 }
 
-func (s *session) ack(c *transport.Ack) {
+func (s *Session) ack(c *transport.Ack) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "ack for unknown consumer %d", c.ConsumerID))
@@ -812,13 +890,13 @@ func (s *session) ack(c *transport.Ack) {
 	}
 }
 
-func (s *session) redeliver(id uint64, offsets []uint64) {
+func (s *Session) redeliver(id uint64, offsets []uint64) {
 	if sc := s.consumer(id); sc != nil {
 		sc.Redeliver(offsets)
 	}
 }
 
-func (s *session) seek(c *transport.Seek) {
+func (s *Session) seek(c *transport.Seek) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "seek for unknown consumer %d", c.ConsumerID))
@@ -839,7 +917,7 @@ func (s *session) seek(c *transport.Seek) {
 	s.reply(&transport.Success{RequestID: c.RequestID})
 }
 
-func (s *session) unsubscribe(c *transport.Unsubscribe) {
+func (s *Session) unsubscribe(c *transport.Unsubscribe) {
 	sc := s.consumer(c.ConsumerID)
 	if sc == nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "unsubscribe for unknown consumer %d", c.ConsumerID))
@@ -861,7 +939,7 @@ func (s *session) unsubscribe(c *transport.Unsubscribe) {
 // closeConsumer detaches a consumer and answers once the acks it sent
 // before are committed, so a client that closes and exits leaves no ack
 // behind.
-func (s *session) closeConsumer(c *transport.CloseConsumer) {
+func (s *Session) closeConsumer(c *transport.CloseConsumer) {
 	s.mu.Lock()
 	sc := s.consumers[c.ConsumerID]
 	delete(s.consumers, c.ConsumerID)

@@ -1,4 +1,4 @@
-package broker
+package session
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 )
 
 // The admin requests of the client protocol: the node does the work
-// (nodeOps), the session answers.
+// (Node), the session answers.
 
-func (s *session) lookup(c *transport.Lookup) {
+func (s *Session) lookup(c *transport.Lookup) {
 	res, err := s.node.Lookup(c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
@@ -21,7 +21,7 @@ func (s *session) lookup(c *transport.Lookup) {
 	s.reply(res)
 }
 
-func (s *session) partitionedMetadata(c *transport.PartitionedMetadata) {
+func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
 	n, err := s.node.Partitions(c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
@@ -30,7 +30,7 @@ func (s *session) partitionedMetadata(c *transport.PartitionedMetadata) {
 	s.reply(&transport.PartitionedMetadataResult{RequestID: c.RequestID, Partitions: int32(n)})
 }
 
-func (s *session) createStream(c *transport.CreateStream) {
+func (s *Session) createStream(c *transport.CreateStream) {
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	var retention transport.RetentionPolicy
@@ -40,15 +40,15 @@ func (s *session) createStream(c *transport.CreateStream) {
 	s.answer(c.RequestID, s.node.CreateStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), retention))
 }
 
-func (s *session) deleteStream(c *transport.DeleteStream) {
+func (s *Session) deleteStream(c *transport.DeleteStream) {
 	s.answer(c.RequestID, s.node.DeleteStream(s.ctx, c.Stream, c.Force))
 }
 
-func (s *session) setRetention(c *transport.SetRetention) {
+func (s *Session) setRetention(c *transport.SetRetention) {
 	s.answer(c.RequestID, s.node.SetRetention(context.Background(), c.Stream, c.Retention))
 }
 
-func (s *session) listStreams(c *transport.ListStreams) {
+func (s *Session) listStreams(c *transport.ListStreams) {
 	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
 	if err != nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
@@ -64,7 +64,7 @@ func (s *session) listStreams(c *transport.ListStreams) {
 	s.reply(res)
 }
 
-func (s *session) describeStream(c *transport.DescribeStream) {
+func (s *Session) describeStream(c *transport.DescribeStream) {
 	info, err := s.node.DescribeStream(c.Stream, c.Partition)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
@@ -73,18 +73,18 @@ func (s *session) describeStream(c *transport.DescribeStream) {
 	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
 }
 
-func (s *session) clusterStatus(c *transport.ClusterStatus) {
+func (s *Session) clusterStatus(c *transport.ClusterStatus) {
 	s.reply(&transport.ClusterStatusResult{RequestID: c.RequestID, Status: s.node.ClusterStatus()})
 }
 
 // renewReplica answers a node of an older version that asks over the
 // client port for a new member in place of its damaged copy.
-func (s *session) renewReplica(c *transport.RenewReplica) {
+func (s *Session) renewReplica(c *transport.RenewReplica) {
 	s.answer(c.RequestID, s.node.RenewReplica(c.Partition, c.Member, s.conn.RemoteAddr()))
 }
 
 // answer answers a request with Success, or with its error.
-func (s *session) answer(requestID uint64, err error) {
+func (s *Session) answer(requestID uint64, err error) {
 	if err != nil {
 		s.replyErr(requestID, err)
 		return
