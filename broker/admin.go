@@ -2,13 +2,58 @@ package broker
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"slices"
-	"sort"
 
+	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/session"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
+
+// sessionNode is the node as its client sessions see it: the partitions
+// it leads, lookups and admin operations.
+type sessionNode struct{ n *Node }
+
+var _ session.Node = sessionNode{}
+
+func (h sessionNode) LocalLeader(name string) (*partition.Partition, error) {
+	return h.n.localLeader(name)
+}
+
+func (h sessionNode) Lookup(name string) (*transport.LookupResult, error) { return h.n.lookup(name) }
+
+func (h sessionNode) Partitions(stream string) (int, error) {
+	_, sm, err := h.n.stream(stream)
+	return sm.Partitions, err
+}
+
+func (h sessionNode) CreateStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
+	return h.n.createStream(ctx, name, partitions, replicas, retention)
+}
+
+func (h sessionNode) DeleteStream(ctx context.Context, name string, force bool) error {
+	return h.n.deleteStream(ctx, name, force)
+}
+
+func (h sessionNode) SetRetention(ctx context.Context, name string, retention transport.RetentionPolicy) error {
+	return h.n.setRetention(ctx, name, retention)
+}
+
+func (h sessionNode) Streams() []string { return h.n.streamNames() }
+
+func (h sessionNode) DescribeStream(name string, only *int32) (transport.StreamInfo, error) {
+	return h.n.describeStream(name, only)
+}
+
+func (h sessionNode) ClusterStatus() transport.ClusterInfo { return h.n.status() }
+
+func (h sessionNode) RenewReplica(partition, member string, from net.Addr) error {
+	return h.n.renewReplica(partition, member, from)
+}
 
 // lookup answers where a partition's leader is: here, another node's
 // client address (from this node's replica or from the routes gossip
@@ -16,7 +61,7 @@ import (
 func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	p, err := geofabric.ParsePartition(name)
 	if err != nil {
-		return nil, wireError(transport.CodeInvalidName, "%v", err)
+		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	if _, ok := n.catalog.Stream(p.Stream.String()); !ok {
 		return nil, n.streamNotFound("stream %s does not exist", p.Stream)
@@ -30,7 +75,7 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 		}
 	}
 	if _, ok := n.partition(name); ok {
-		return nil, wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+		return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	return nil, n.notHere(name)
 }
@@ -41,9 +86,9 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 // client must not give up on a stream that exists).
 func (n *Node) streamNotFound(format string, args ...any) error {
 	if !n.catalogCurrent() {
-		return wireError(transport.CodeServiceNotReady, "node %s is catching up with the metadata group", n.cfg.NodeID)
+		return wire.Errorf(transport.CodeServiceNotReady, "node %s is catching up with the metadata group", n.cfg.NodeID)
 	}
-	return wireError(transport.CodeStreamNotFound, format, args...)
+	return wire.Errorf(transport.CodeStreamNotFound, format, args...)
 }
 
 // notHere is the answer for a partition this node does not run: a hint to
@@ -51,7 +96,7 @@ func (n *Node) streamNotFound(format string, args ...any) error {
 func (n *Node) notHere(name string) error {
 	p, err := geofabric.ParsePartition(name)
 	if err != nil {
-		return wireError(transport.CodeInvalidName, "%v", err)
+		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	sm, ok := n.catalog.Stream(p.Stream.String())
 	if !ok {
@@ -66,7 +111,7 @@ func (n *Node) notHere(name string) error {
 			return &transport.Error{Code: transport.CodeNotLeader, Message: "partition " + name + " is not on node " + n.cfg.NodeID, LeaderHint: info.ClientAddr}
 		}
 	}
-	return wireError(transport.CodeServiceNotReady, "partition %s is not open yet", name)
+	return wire.Errorf(transport.CodeServiceNotReady, "partition %s is not open yet", name)
 }
 
 // stream parses a stream name and finds it in the catalog, or returns the
@@ -74,7 +119,7 @@ func (n *Node) notHere(name string) error {
 func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
-		return st, meta.Stream{}, wireError(transport.CodeInvalidName, "%v", err)
+		return st, meta.Stream{}, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	sm, ok := n.catalog.Stream(st.String())
 	if !ok {
@@ -83,32 +128,18 @@ func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 	return st, sm, nil
 }
 
-func (s *session) createStream(c *transport.CreateStream) {
-	ctx, cancel := context.WithTimeout(s.ctx, applyTimeout)
-	defer cancel()
-	var retention transport.RetentionPolicy
-	if c.Retention != nil {
-		retention = *c.Retention
-	}
-	if err := s.n.createStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), retention); err != nil {
-		s.replyErr(c.RequestID, err)
-		return
-	}
-	s.reply(&transport.Success{RequestID: c.RequestID})
-}
-
 // createStream records a stream with its retention policy in the metadata
 // group and waits until its partitions on this node have leaders.
 func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
-		return wireError(transport.CodeInvalidName, "%v", err)
+		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	if !n.control.IsLeader() {
 		return n.metaNotLeader(n.control.Leader())
 	}
 	if err := validRetention(retention); err != nil {
-		return wireError(transport.CodeInvalidArgument, "%v", err)
+		return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
 	}
 	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas, Retention: retentionFromWire(retention)}
 	placement, err := n.control.CreateStream(ctx, spec)
@@ -125,141 +156,104 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	return nil
 }
 
-func (s *session) deleteStream(c *transport.DeleteStream) {
-	st, sm, err := s.n.stream(c.Stream)
+// localLeader finds a partition this node leads, or the error to answer.
+func (n *Node) localLeader(name string) (*partition.Partition, error) {
+	if _, err := geofabric.ParsePartition(name); err != nil {
+		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
+	}
+	lp, ok := n.partition(name)
+	if !ok {
+		return nil, n.notHere(name)
+	}
+	if !lp.group.IsLeader() {
+		return nil, n.notLeaderError(name, lp.group)
+	}
+	return lp.Partition, nil
+}
+
+// deleteStream removes a stream from the metadata group, unless producers
+// or consumers are attached to its partitions on this node and not force.
+func (n *Node) deleteStream(ctx context.Context, name string, force bool) error {
+	st, sm, err := n.stream(name)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+		return err
 	}
-	if !s.n.control.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
-		return
+	if !n.control.IsLeader() {
+		return n.metaNotLeader(n.control.Leader())
 	}
-	if !c.Force {
+	if !force {
 		for _, p := range st.Partitions(sm.Partitions) {
-			if lp, ok := s.n.partition(p.String()); ok && lp.attached() {
-				s.replyErr(c.RequestID, wireError(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st))
-				return
+			if lp, ok := n.partition(p.String()); ok && lp.Attached() {
+				return wire.Errorf(transport.CodeNotAllowed, "stream %s has producers or consumers attached; use force", st)
 			}
 		}
 	}
-	if err := s.n.control.DeleteStream(s.ctx, st.String()); err != nil {
-		s.replyErr(c.RequestID, s.n.metaError(err))
-		return
+	if err := n.control.DeleteStream(ctx, st.String()); err != nil {
+		return n.metaError(err)
 	}
-	s.reply(&transport.Success{RequestID: c.RequestID})
+	return nil
 }
 
-func (s *session) setRetention(c *transport.SetRetention) {
-	st, _, err := s.n.stream(c.Stream)
+// setRetention changes a stream's retention policy in the metadata group.
+func (n *Node) setRetention(ctx context.Context, name string, retention transport.RetentionPolicy) error {
+	st, _, err := n.stream(name)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+		return err
 	}
-	if err := validRetention(c.Retention); err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "%v", err))
-		return
+	if err := validRetention(retention); err != nil {
+		return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
 	}
-	if !s.n.control.IsLeader() {
-		s.replyErr(c.RequestID, s.n.metaNotLeader(s.n.control.Leader()))
-		return
+	if !n.control.IsLeader() {
+		return n.metaNotLeader(n.control.Leader())
 	}
-	if err := s.n.control.SetRetention(context.Background(), st.String(), retentionFromWire(c.Retention)); err != nil {
-		s.replyErr(c.RequestID, s.n.metaError(err))
-		return
+	if err := n.control.SetRetention(ctx, st.String(), retentionFromWire(retention)); err != nil {
+		return n.metaError(err)
 	}
-	s.reply(&transport.Success{RequestID: c.RequestID})
+	return nil
 }
 
-func (s *session) listStreams(c *transport.ListStreams) {
-	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
-	if err != nil {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidName, "%v", err))
-		return
+// streamNames returns the name of every stream in the catalog.
+func (n *Node) streamNames() []string {
+	var names []string
+	for _, m := range n.catalog.Streams() {
+		names = append(names, m.Name)
 	}
-	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
-	for _, m := range s.n.catalog.Streams() {
-		st, err := geofabric.ParseStream(m.Name)
-		if err == nil && st.Tenant == tenant && st.Fabric == fabric {
-			res.Streams = append(res.Streams, m.Name)
-		}
-	}
-	s.reply(res)
+	return names
 }
 
-func (s *session) describeStream(c *transport.DescribeStream) {
-	st, sm, err := s.n.stream(c.Stream)
+// describeStream describes a stream and its partitions as this node
+// knows them; with only, that partition alone, which this node must lead.
+func (n *Node) describeStream(name string, only *int32) (transport.StreamInfo, error) {
+	st, sm, err := n.stream(name)
 	if err != nil {
-		s.replyErr(c.RequestID, err)
-		return
+		return transport.StreamInfo{}, err
 	}
 	info := transport.StreamInfo{Stream: sm.Name, Replicas: int32(sm.Replicas), Retention: retentionToWire(sm.Retention)}
-	if c.Partition != nil && (*c.Partition < 0 || int(*c.Partition) >= sm.Partitions) {
-		s.replyErr(c.RequestID, wireError(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *c.Partition))
-		return
+	if only != nil && (*only < 0 || int(*only) >= sm.Partitions) {
+		return transport.StreamInfo{}, wire.Errorf(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *only)
 	}
 	for i, p := range st.Partitions(sm.Partitions) {
-		if c.Partition != nil {
-			if int(*c.Partition) != i {
+		if only != nil {
+			if int(*only) != i {
 				continue
 			}
-			if _, err := s.localLeader(p.String()); err != nil {
-				s.replyErr(c.RequestID, err)
-				return
+			if _, err := n.localLeader(p.String()); err != nil {
+				return transport.StreamInfo{}, err
 			}
 		}
 		pi := transport.PartitionInfo{Partition: int32(i), Replicas: sm.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
-		if lp, ok := s.n.partition(p.String()); ok {
+		if lp, ok := n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
 			pi.Leader = meta.NodeOf(id)
-			// The replicated start, not this copy's own: every replica
-			// answers the same.
-			pi.StartOffset, pi.NextOffset = lp.fsm.StartOffset(), lp.fsm.NextOffset()
-			pi.LogBytes = lp.log.Info().Bytes
-			if q := lp.quota.Load(); q != nil && lp.group.IsLeader() {
-				pi.BacklogQuotaExceeded = q.exceeded
-			}
-			pi.Subscriptions = lp.describeSubscriptions()
+			lp.Describe(&pi)
 			// Only a committed configuration: a removal not yet
 			// committed may still fail, and a node told its member is
 			// gone deletes the member's copy.
-			pi.Members = s.n.committedConfig(lp)
+			pi.Members = n.committedConfig(lp)
 		}
 		info.Partitions = append(info.Partitions, pi)
 	}
-	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
-}
-
-// describeSubscriptions reports each subscription's mode, backlog and
-// consumers.
-func (p *partition) describeSubscriptions() []transport.SubscriptionInfo {
-	next := p.fsm.NextOffset()
-	subs := p.fsm.Subscriptions()
-	out := make([]transport.SubscriptionInfo, 0, len(subs))
-	for name, s := range subs {
-		si := transport.SubscriptionInfo{
-			Name:       name,
-			Mode:       modeName(wireMode(s.Mode)),
-			Backlog:    s.Cursor.Backlog(next),
-			MarkDelete: int64(s.Cursor.Floor) - 1,
-			Consumers:  []transport.ConsumerInfo{},
-		}
-		if d := p.dispatcherOf(name); d != nil && d.durable {
-			d.describe(&si)
-		} else {
-			// Nobody attached here: members kept for their return (SUB-7).
-			for _, m := range s.Members {
-				si.Consumers = append(si.Consumers, transport.ConsumerInfo{Name: m.Name, Role: "away", HashRanges: wireRanges(m.Ranges)})
-			}
-		}
-		out = append(out, si)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-func (s *session) clusterStatus(c *transport.ClusterStatus) {
-	s.reply(&transport.ClusterStatusResult{RequestID: c.RequestID, Status: s.n.status()})
+	return info, nil
 }
 
 // status reports the cluster as this node sees it: nodes with their state,
@@ -315,4 +309,21 @@ func retentionToWire(r meta.Retention) transport.RetentionPolicy {
 		RetentionTimeMs: r.TimeMs, RetentionBytes: r.Bytes, BacklogQuotaBytes: r.BacklogQuotaBytes,
 		BacklogQuotaPolicy: transport.BacklogQuotaPolicy(r.BacklogQuotaPolicy), MessageTTLMs: r.MessageTTLMs,
 	}
+}
+
+// validRetention checks a stream's policy.
+func validRetention(r transport.RetentionPolicy) error {
+	switch {
+	case r.RetentionTimeMs < -1:
+		return fmt.Errorf("retention time %dms: must be -1 (no limit), 0 or positive", r.RetentionTimeMs)
+	case r.RetentionBytes < -1:
+		return fmt.Errorf("retention size %d bytes: must be -1 (no limit), 0 or positive", r.RetentionBytes)
+	case r.BacklogQuotaBytes < 0:
+		return fmt.Errorf("backlog quota %d bytes: must be 0 (none) or positive", r.BacklogQuotaBytes)
+	case r.BacklogQuotaPolicy > transport.ConsumerBacklogEviction:
+		return fmt.Errorf("backlog quota policy %d: must be producer_exception or consumer_backlog_eviction", r.BacklogQuotaPolicy)
+	case r.MessageTTLMs < 0:
+		return fmt.Errorf("message TTL %dms: must be 0 (none) or positive", r.MessageTTLMs)
+	}
+	return nil
 }

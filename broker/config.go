@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/storage"
+	"github.com/fabriq-io/fabriq/subscription"
 )
 
 // MaxMessageBytesLimit is the largest MaxMessageBytes: a Raft entry holds
@@ -22,7 +25,7 @@ const minSegmentBytes = 4 << 10
 const DefaultSegmentBytes = 64 << 20
 
 // defaultRetentionInterval is the default Config.RetentionInterval.
-const defaultRetentionInterval = 5 * time.Second
+const defaultRetentionInterval = partition.DefaultRetentionInterval
 
 // Config configures a Node. The zero value of every field but NodeID and
 // DataDir means its default.
@@ -183,13 +186,14 @@ type ClientLimits struct {
 
 // DefaultClientLimits returns the defaults of ClientLimits.
 func DefaultClientLimits() ClientLimits {
+	s := session.DefaultConfig()
 	return ClientLimits{
 		MaxConnections:               10_000,
 		MaxConnectionsPerAddress:     1_000,
-		MaxProducersPerConnection:    1_000,
-		MaxConsumersPerConnection:    1_000,
+		MaxProducersPerConnection:    s.MaxProducers,
+		MaxConsumersPerConnection:    s.MaxConsumers,
 		MaxSubscriptionsPerPartition: 1_000,
-		MaxQueuedBytesPerConnection:  16 << 20,
+		MaxQueuedBytesPerConnection:  s.MaxQueuedBytes,
 	}
 }
 
@@ -234,12 +238,24 @@ func (l ClientLimits) validate() error {
 // DefaultSubscriptionLimits returns the defaults of SubscriptionLimits.
 func DefaultSubscriptionLimits() SubscriptionLimits {
 	return SubscriptionLimits{
-		ReconnectGrace:            10 * time.Second,
+		ReconnectGrace:            partition.DefaultReconnectGrace,
 		DrainTimeout:              time.Second,
 		MaxUnackedPerConsumer:     50_000,
 		MaxUnackedPerSubscription: 200_000,
 		LookAheadPerConsumer:      2_000,
 		LookAheadPerSubscription:  20_000,
+	}
+}
+
+// engine returns the limits as the subscription engine takes them.
+func (l SubscriptionLimits) engine() subscription.Limits {
+	return subscription.Limits{
+		MaxUnackedPerConsumer:     l.MaxUnackedPerConsumer,
+		MaxUnackedPerSubscription: l.MaxUnackedPerSubscription,
+		LookAheadPerConsumer:      l.LookAheadPerConsumer,
+		LookAheadPerSubscription:  l.LookAheadPerSubscription,
+		DrainTimeout:              l.DrainTimeout,
+		StabilityWindow:           l.FailoverStabilityWindow,
 	}
 }
 
@@ -285,7 +301,7 @@ func DefaultConfig() Config {
 		ClientAddr:      "127.0.0.1:6650",
 		RaftAddr:        "127.0.0.1:7650",
 		BootstrapExpect: 1,
-		MaxMessageBytes: 5 << 20,
+		MaxMessageBytes: session.DefaultConfig().MaxMessageBytes,
 		MinFreeDisk:     DefaultMinFreeDisk,
 		Version:         "dev",
 	}

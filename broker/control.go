@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -87,7 +88,7 @@ func (n *Node) metaError(err error) error {
 			if m.detail {
 				msg = strings.TrimPrefix(msg, strings.TrimPrefix(m.err.Error(), "meta: ")+": ")
 			}
-			return wireError(m.code, "%s", msg)
+			return wire.Errorf(m.code, "%s", msg)
 		}
 	}
 	return err
@@ -100,7 +101,7 @@ func (n *Node) metaNotLeader(id string) error {
 	if info, ok := n.catalog.Node(id); ok && id != "" {
 		return &transport.Error{Code: transport.CodeNotLeader, Message: "node " + id + " leads the metadata group", LeaderHint: info.ClientAddr}
 	}
-	return wireError(transport.CodeServiceNotReady, "the metadata group has no leader yet")
+	return wire.Errorf(transport.CodeServiceNotReady, "the metadata group has no leader yet")
 }
 
 // legacyIndex asks the metadata leader, a node of an older version that

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -83,16 +84,17 @@ func (r *diskReserve) roomy() bool {
 	return r == nil || !r.low.Load()
 }
 
-// admit takes room for a send of about size bytes, or refuses it with a
-// DiskFull error when it would leave less free space than the reserve.
-func (r *diskReserve) admit(size int) error {
+// Admit takes room for a send of about size bytes, or refuses it with a
+// DiskFull error when it would leave less free space than the reserve. It
+// implements partition.Reserve.
+func (r *diskReserve) Admit(size int) error {
 	if r == nil {
 		return nil
 	}
 	cost := int64(size) * writeAmplification
 	if left := r.avail.Add(-cost); left < r.min {
 		r.avail.Add(cost) // not admitted: nothing will be written
-		return wireError(transport.CodeDiskFull,
+		return wire.Errorf(transport.CodeDiskFull,
 			"the partition leader's data directory has about %s free, below its reserve of %s (--min-free-disk): sends are refused until space is freed; try again later",
 			byteSize(left+cost), byteSize(r.min))
 	}

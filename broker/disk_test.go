@@ -28,7 +28,7 @@ func TestDiskReserveRefusesBelowTheMinimum(t *testing.T) {
 	admitted := 0
 	var refusal error
 	for range 100 {
-		if refusal = r.admit(256 << 10); refusal != nil {
+		if refusal = r.Admit(256 << 10); refusal != nil {
 			break
 		}
 		admitted++
@@ -40,14 +40,14 @@ func TestDiskReserveRefusesBelowTheMinimum(t *testing.T) {
 	if err := r.refresh(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.admit(256 << 10); err != nil {
+	if err := r.Admit(256 << 10); err != nil {
 		t.Fatalf("nothing was written, and a reading after the refusal still refuses: %v", err)
 	}
 	filler := tmpfs.Fill(t, disk, 0)
 	if err := r.refresh(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.admit(1); transport.CodeOf(err) != transport.CodeDiskFull {
+	if err := r.Admit(1); transport.CodeOf(err) != transport.CodeDiskFull {
 		t.Fatalf("on a full disk admit answered %v, want DiskFull", err)
 	}
 	if err := os.Remove(filler); err != nil {
@@ -56,11 +56,11 @@ func TestDiskReserveRefusesBelowTheMinimum(t *testing.T) {
 	if err := r.refresh(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.admit(1 << 20); err != nil {
+	if err := r.Admit(1 << 20); err != nil {
 		t.Fatalf("with space freed admit answered %v", err)
 	}
 	var off *diskReserve
-	if err := off.admit(1 << 30); err != nil || newDiskReserve(disk, -1, nil) != nil {
+	if err := off.Admit(1 << 30); err != nil || newDiskReserve(disk, -1, nil) != nil {
 		t.Fatalf("a reserve turned off refused: %v", err)
 	}
 }

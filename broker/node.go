@@ -17,6 +17,9 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/session"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -63,7 +66,7 @@ type Node struct {
 	// retired holds the copies of partitions moved away that still run
 	// their group, retired (retirePartition), until it removes them.
 	retired  map[string]*localPartition
-	sessions map[*session]struct{}
+	sessions map[*session.Session]struct{}
 	// perAddr counts the sessions of each client IP address.
 	perAddr map[string]int
 	// refusals holds a token per connection being told it is over a
@@ -95,10 +98,14 @@ const (
 	haltRetryMax = 10 * time.Minute
 )
 
-// localPartition is a partition this node runs, with what it owns.
+// localPartition is a partition this node runs, with what it owns: the
+// partition's log, state machine and Raft group, which the node opens
+// and closes, and the driver over them (partition.Partition).
 type localPartition struct {
-	*partition
+	*partition.Partition
 	group *cluster.Group
+	log   *storage.Log
+	fsm   *fsm.Machine
 	// replica is this node's server id in the group (replicaID).
 	replica string
 }
@@ -120,7 +127,7 @@ func NewNode(cfg Config) (*Node, error) {
 		stop:        make(chan struct{}),
 		partitions:  map[string]*localPartition{},
 		retired:     map[string]*localPartition{},
-		sessions:    map[*session]struct{}{},
+		sessions:    map[*session.Session]struct{}{},
 		perAddr:     map[string]int{},
 		refusals:    make(chan struct{}, maxRefusals),
 		halted:      map[string]*haltedCopy{},
@@ -396,7 +403,7 @@ func (n *Node) reconcile() {
 		// Only a deleted stream's routes go: a tombstone for a partition
 		// that lives on elsewhere would hide its leader from every node.
 		if d.remove && n.gossip != nil {
-			n.gossip.forget(d.lp.name)
+			n.gossip.forget(d.lp.Name())
 		}
 	}
 	if !n.openPlaced(open, placed) {
@@ -413,9 +420,9 @@ func (n *Node) reconcile() {
 	}
 	n.mu.Unlock()
 	for _, lp := range leading {
-		replicas := placed[lp.name].Members
+		replicas := placed[lp.Name()].Members
 		if replicas == nil {
-			replicas = n.replicasOf(lp.name)
+			replicas = n.replicasOf(lp.Name())
 		}
 		if len(replicas) > 0 {
 			n.reconcileReplicas(lp, replicas)
@@ -509,17 +516,17 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 	for _, c := range meta.MemberChanges(servers, replicas, lp.replica, addr, alive) {
 		if c.Remove {
 			if err := lp.group.RemoveServer(ctx, c.ID); err != nil {
-				n.logger.Warn("removing a replica failed", "partition", lp.name, "replica", c.ID, "err", err)
+				n.logger.Warn("removing a replica failed", "partition", lp.Name(), "replica", c.ID, "err", err)
 				return
 			}
-			n.logger.Info("replica removed", "partition", lp.name, "replica", c.ID)
+			n.logger.Info("replica removed", "partition", lp.Name(), "replica", c.ID)
 			continue
 		}
 		if err := lp.group.AddVoter(ctx, c.ID, c.Addr); err != nil {
-			n.logger.Warn("adding a replica failed", "partition", lp.name, "replica", c.ID, "err", err)
+			n.logger.Warn("adding a replica failed", "partition", lp.Name(), "replica", c.ID, "err", err)
 			return
 		}
-		n.logger.Info("replica added", "partition", lp.name, "replica", c.ID, "addr", c.Addr)
+		n.logger.Info("replica added", "partition", lp.Name(), "replica", c.ID, "addr", c.Addr)
 	}
 }
 
@@ -532,9 +539,9 @@ func (n *Node) reconcileReplicas(lp *localPartition, replicas []string) {
 // the group may have left, it must never lead: copies like it could elect
 // each other over a shorter log.
 func (n *Node) retirePartition(lp *localPartition) {
-	n.logger.Info("replica moved away; its copy follows its group, retired, until the group removes it", "partition", lp.name, "member", lp.replica)
+	n.logger.Info("replica moved away; its copy follows its group, retired, until the group removes it", "partition", lp.Name(), "member", lp.replica)
 	lp.group.Retire()
-	lp.stopAccepting()
+	lp.StopAccepting()
 	if lp.group.IsLeader() {
 		n.handOver(lp)
 	}
@@ -546,7 +553,7 @@ func (n *Node) handOver(lp *localPartition) {
 	ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
 	defer cancel()
 	if err := lp.group.TransferLeadership(ctx); err != nil {
-		n.logger.Warn("a retired copy could not hand its leadership over; will try again", "partition", lp.name, "err", err)
+		n.logger.Warn("a retired copy could not hand its leadership over; will try again", "partition", lp.Name(), "err", err)
 	}
 }
 
@@ -587,25 +594,19 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	}
 	// Raft may apply entries (a restart replays them) before the
 	// partition exists: the callback finds it once it does.
-	var target atomic.Pointer[partition]
+	var target atomic.Pointer[partition.Partition]
 	var f *fsm.Machine
 	f = fsm.New(fsm.Config{
 		Log:         log,
 		SnapshotDir: snapDir,
 		Applied: func(next uint64, data bool) {
 			if p := target.Load(); p != nil {
-				p.onApplied(next, data)
+				p.Applied(next, data)
 			}
 		},
 		Halted: func(err error) { n.haltPartition(name, f, err) },
 		Logger: n.logger.With("partition", name),
 	})
-	pcfg := defaultPartitionConfig()
-	pcfg.MaxMessageBytes = n.cfg.MaxMessageBytes
-	pcfg.SubscriptionLimits = n.cfg.Subscriptions
-	pcfg.MaxSubscriptions = n.cfg.Limits.MaxSubscriptionsPerPartition
-	pcfg.MaxEntryBytes = max(pcfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
-	pcfg.RetentionInterval = n.cfg.RetentionInterval
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, fsm.ExpandLogSnapshot)
 	gcfg.NodeID = self
 	gcfg.Retired = retired
@@ -616,7 +617,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	gcfg.OnDamage = func(err error) {
 		damage.Store(&err)
 		if p := target.Load(); p != nil {
-			p.damaged(err)
+			p.Damaged(err)
 		}
 	}
 	g, err := cluster.OpenGroup(gcfg)
@@ -646,16 +647,50 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		log.Close()
 		return nil, err
 	}
-	p := newPartition(name, pcfg, log, f, g, n.logger, func() error { return n.notLeaderError(name, g) })
+	p, err := n.newPartition(name, log, f, g)
+	if err != nil {
+		g.Close()
+		log.Close()
+		return nil, err
+	}
+	target.Store(p)
+	if err := damage.Load(); err != nil {
+		p.Damaged(*err) // found before the partition existed
+	}
+	if retired {
+		p.StopAccepting() // serves nobody: its loops never start
+	} else {
+		p.Start()
+	}
+	return &localPartition{Partition: p, group: g, log: log, fsm: f, replica: self}, nil
+}
+
+// newPartition returns the driver of a partition over its log, state
+// machine and Raft group, with the node's tunings, told what only the
+// node knows (the leader's address, the stream's retention policy, the
+// free-space reserve) and telling the node of leadership and damage.
+func (n *Node) newPartition(name string, log *storage.Log, f *fsm.Machine, g *cluster.Group) (*partition.Partition, error) {
+	var p *partition.Partition
+	cfg := partition.DefaultConfig()
+	cfg.Name, cfg.Log, cfg.Machine, cfg.Group, cfg.Logger = name, log, f, g, n.logger
+	cfg.ReconnectGrace = n.cfg.Subscriptions.ReconnectGrace
+	cfg.Dispatch = n.cfg.Subscriptions.engine()
+	cfg.MaxSubscriptions = n.cfg.Limits.MaxSubscriptionsPerPartition
+	cfg.MaxEntryBytes = max(cfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)
+	cfg.RetentionInterval = n.cfg.RetentionInterval
+	if n.disk != nil {
+		cfg.Reserve = n.disk
+	}
+	cfg.NotLeader = func() error { return n.notLeaderError(name, g) }
 	if pn, err := geofabric.ParsePartition(name); err == nil {
 		stream := pn.Stream.String()
-		p.policy = func() (transport.RetentionPolicy, bool) {
+		cfg.Retention = func() (transport.RetentionPolicy, bool) {
 			s, ok := n.catalog.Stream(stream)
 			return retentionToWire(s.Retention), ok
 		}
 	}
-	p.onDamage = func(err error) { n.damagedCopy(name, p, err) }
-	p.onLeadership = func(l cluster.Leadership) {
+	cfg.OnDamage = func(err error) { n.damagedCopy(name, p, err) }
+	cfg.OnLeadership = func(l cluster.Leadership) {
 		if !l.IsLeader || g.Retired() {
 			return
 		}
@@ -664,17 +699,9 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		}
 		n.requestReconcile() // a new leader checks the replicas
 	}
-	p.disk = n.disk
-	target.Store(p)
-	if err := damage.Load(); err != nil {
-		p.damaged(*err) // found before the partition existed
-	}
-	if retired {
-		p.stopAccepting() // serves nobody: its loops never start
-	} else {
-		p.start()
-	}
-	return &localPartition{partition: p, group: g, replica: self}, nil
+	var err error
+	p, err = partition.New(cfg)
+	return p, err
 }
 
 // keep records a partition just opened in into (n.partitions or
@@ -683,7 +710,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 // when the node has closed.
 func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 	n.mu.Lock()
-	if h := n.halted[lp.name]; h != nil && h.fsm == lp.fsm {
+	if h := n.halted[lp.Name()]; h != nil && h.fsm == lp.fsm {
 		n.mu.Unlock()
 		n.closePartition(lp, false)
 		close(h.done)
@@ -694,11 +721,11 @@ func (n *Node) keep(into map[string]*localPartition, lp *localPartition) bool {
 		n.closePartition(lp, false)
 		return false
 	}
-	into[lp.name] = lp
+	into[lp.Name()] = lp
 	n.mu.Unlock()
-	if err := lp.damageFound(); err != nil {
+	if err := lp.DamageFound(); err != nil {
 		// Found damaged before it was kept: damagedCopy did not find it.
-		n.damagedCopy(lp.name, lp.partition, err)
+		n.damagedCopy(lp.Name(), lp.Partition, err)
 	}
 	return true
 }
@@ -750,10 +777,10 @@ func (n *Node) haltPartition(name string, f *fsm.Machine, err error) {
 // replicas elect a leader if it led) and asks for a new member with an
 // empty copy, as for a copy found damaged at open. It must not block: the
 // partition's reader reports it.
-func (n *Node) damagedCopy(name string, p *partition, cause error) {
+func (n *Node) damagedCopy(name string, p *partition.Partition, cause error) {
 	n.mu.Lock()
 	lp := n.partitions[name]
-	if n.closed || lp == nil || lp.partition != p {
+	if n.closed || lp == nil || lp.Partition != p {
 		n.mu.Unlock()
 		return
 	}
@@ -776,16 +803,16 @@ func (n *Node) damagedCopy(name string, p *partition, cause error) {
 
 // closePartition stops a partition; with remove its data goes too.
 func (n *Node) closePartition(lp *localPartition, remove bool) {
-	lp.stopAccepting()
+	lp.StopAccepting()
 	if err := lp.group.Close(); err != nil {
-		n.logger.Warn("closing partition group", "partition", lp.name, "err", err)
+		n.logger.Warn("closing partition group", "partition", lp.Name(), "err", err)
 	}
-	lp.wait()
+	lp.Wait()
 	if err := lp.log.Close(); err != nil {
-		n.logger.Warn("closing partition log", "partition", lp.name, "err", err)
+		n.logger.Warn("closing partition log", "partition", lp.Name(), "err", err)
 	}
 	if remove {
-		n.removePartitionData(lp.name)
+		n.removePartitionData(lp.Name())
 	}
 }
 
@@ -810,7 +837,7 @@ func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	id, _ := g.Leader()
 	id = meta.NodeOf(id)
 	if id == "" {
-		return wireError(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+		return wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	info, _ := n.catalog.Node(id)
 	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
@@ -865,16 +892,16 @@ func (n *Node) waitPartition(ctx context.Context, name string) (*localPartition,
 		n.mu.Unlock()
 		if ok {
 			if _, err := lp.group.WaitForLeader(ctx); err != nil {
-				return nil, wireError(transport.CodeTimeout, "partition %s has no leader: %v", name, err)
+				return nil, wire.Errorf(transport.CodeTimeout, "partition %s has no leader: %v", name, err)
 			}
 			return lp, nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, wireError(transport.CodeTimeout, "partition %s did not open: %v", name, ctx.Err())
+			return nil, wire.Errorf(transport.CodeTimeout, "partition %s did not open: %v", name, ctx.Err())
 		case <-n.stop:
-			return nil, errStopping
+			return nil, partition.ErrStopping
 		}
 	}
 }
@@ -905,16 +932,16 @@ func (n *Node) acceptLoop() {
 		var over error
 		switch lim := n.cfg.Limits; {
 		case len(n.sessions) >= lim.MaxConnections:
-			over = wireError(transport.CodeLimitExceeded, "node %s serves %d connections, its limit (--max-connections); try again later or another node", n.cfg.NodeID, lim.MaxConnections)
+			over = wire.Errorf(transport.CodeLimitExceeded, "node %s serves %d connections, its limit (--max-connections); try again later or another node", n.cfg.NodeID, lim.MaxConnections)
 		case n.perAddr[host] >= lim.MaxConnectionsPerAddress:
-			over = wireError(transport.CodeLimitExceeded, "node %s serves %d connections from %s, its limit per client address (--max-connections-per-address)", n.cfg.NodeID, lim.MaxConnectionsPerAddress, host)
+			over = wire.Errorf(transport.CodeLimitExceeded, "node %s serves %d connections from %s, its limit per client address (--max-connections-per-address)", n.cfg.NodeID, lim.MaxConnectionsPerAddress, host)
 		}
 		if over != nil {
 			n.mu.Unlock()
 			n.refuse(nc, over)
 			continue
 		}
-		s, err := newSession(n, nc)
+		s, err := session.New(nc, sessionNode{n}, n.sessionConfig())
 		if err != nil {
 			n.mu.Unlock()
 			n.logger.Error("cannot serve a connection", "err", err)
@@ -927,7 +954,7 @@ func (n *Node) acceptLoop() {
 		n.mu.Unlock()
 		go func() {
 			defer n.wg.Done()
-			s.serve()
+			s.Serve()
 			n.mu.Lock()
 			delete(n.sessions, s)
 			if n.perAddr[host]--; n.perAddr[host] <= 0 {
@@ -935,6 +962,20 @@ func (n *Node) acceptLoop() {
 			}
 			n.mu.Unlock()
 		}()
+	}
+}
+
+// sessionConfig is what the node's client sessions are told of its
+// configuration.
+func (n *Node) sessionConfig() session.Config {
+	return session.Config{
+		NodeID:          n.cfg.NodeID,
+		Version:         n.cfg.Version,
+		MaxMessageBytes: n.cfg.MaxMessageBytes,
+		MaxProducers:    n.cfg.Limits.MaxProducersPerConnection,
+		MaxConsumers:    n.cfg.Limits.MaxConsumersPerConnection,
+		MaxQueuedBytes:  n.cfg.Limits.MaxQueuedBytesPerConnection,
+		Logger:          n.logger,
 	}
 }
 
@@ -1051,7 +1092,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
-	sessions := make([]*session, 0, len(n.sessions))
+	sessions := make([]*session.Session, 0, len(n.sessions))
 	for s := range n.sessions {
 		sessions = append(sessions, s)
 	}
@@ -1062,7 +1103,7 @@ func (n *Node) Close() error {
 		n.clientLn.Close()
 	}
 	for _, s := range sessions {
-		s.close()
+		s.Close()
 	}
 	n.wg.Wait()
 	if n.rpc != nil {

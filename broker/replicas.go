@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -151,9 +152,9 @@ func (n *Node) removeRetiredCopies() {
 	}
 	n.mu.Unlock()
 	for _, lp := range parts {
-		dir, err := n.partitionDir(lp.name)
+		dir, err := n.partitionDir(lp.Name())
 		if err != nil {
-			n.logger.Error("partition without a directory", "partition", lp.name, "err", err)
+			n.logger.Error("partition without a directory", "partition", lp.Name(), "err", err)
 			continue
 		}
 		aside, _ := filepath.Glob(dir + "@*")
@@ -179,7 +180,7 @@ func (n *Node) removeRetiredCopies() {
 				n.logger.Warn("removing a retired copy", "dir", d, "err", err)
 				continue
 			}
-			n.logger.Info("retired copy removed: the group has removed its member", "partition", lp.name, "member", old)
+			n.logger.Info("retired copy removed: the group has removed its member", "partition", lp.Name(), "member", old)
 		}
 	}
 }
@@ -190,7 +191,7 @@ func (n *Node) removeRetiredCopies() {
 // of older versions send): from is the connection's address.
 func (n *Node) renewReplica(partition, member string, from net.Addr) error {
 	if _, err := geofabric.ParsePartition(partition); err != nil {
-		return wireError(transport.CodeInvalidName, "%v", err)
+		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	defer cancel()

@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -21,16 +21,16 @@ type stalledOutbox struct {
 	ended   chan error
 }
 
-func (o *stalledOutbox) deliver(ctx context.Context, _ *transport.Message) error {
+func (o *stalledOutbox) Deliver(ctx context.Context, _ *transport.Message) error {
 	o.pushing <- struct{}{}
 	<-ctx.Done()
 	o.ended <- ctx.Err()
 	return ctx.Err()
 }
-func (o *stalledOutbox) evictConsumer(uint64)      {}
-func (o *stalledOutbox) activeChange(uint64, bool) {}
-func (o *stalledOutbox) probe(time.Duration) bool  { return false }
-func (o *stalledOutbox) drop()                     {}
+func (o *stalledOutbox) EvictConsumer(uint64)      {}
+func (o *stalledOutbox) ActiveChange(uint64, bool) {}
+func (o *stalledOutbox) Probe(time.Duration) bool  { return false }
+func (o *stalledOutbox) Drop()                     {}
 
 // Closing the dispatchers of a partition that stops leading ends every
 // push in flight at once: K consumers that take no frames hold up
@@ -39,14 +39,14 @@ func (o *stalledOutbox) drop()                     {}
 // expired.
 func TestCloseDispatchersCancelsStalledPushes(t *testing.T) {
 	const k = 4
-	p := &partition{logger: slog.New(slog.DiscardHandler)}
+	p := &Partition{logger: slog.New(slog.DiscardHandler)}
 	out := &stalledOutbox{pushing: make(chan struct{}, k), ended: make(chan error, k)}
 	var ds []*dispatcher
 	var wg sync.WaitGroup
 	for i := range k {
 		d := newDispatcher(p, "s", transport.Shared, true, 0, transport.AutoSplit, false)
 		ds = append(ds, d)
-		c := &consumer{id: uint64(i), name: "stalled", out: out}
+		c := &Consumer{id: uint64(i), name: "stalled", out: out}
 		wg.Go(func() { d.push(c, &transport.Message{ConsumerID: c.id}) })
 	}
 	for range k {
@@ -65,7 +65,7 @@ func TestCloseDispatchersCancelsStalledPushes(t *testing.T) {
 // client to try again, as for a leader change: the client retries, where
 // an Unknown error would make a consumer give up.
 func TestRaftErrorOfFullDiskIsRetryable(t *testing.T) {
-	p := &partition{name: "persistent://t/f/s"}
+	p := &Partition{name: "persistent://t/f/s"}
 	err := fmt.Errorf("cluster: group g: apply: %w", &os.PathError{Op: "write", Path: "raft.db", Err: syscall.ENOSPC})
 	if got := p.raftError(err); transport.CodeOf(got) != transport.CodeServiceNotReady {
 		t.Fatalf("a full disk under Raft: %v, want ServiceNotReady", got)

@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
 	"github.com/fabriq-io/fabriq/storage"
-	"github.com/fabriq-io/fabriq/transport"
 )
 
 // A partition refuses reads below its replicated start even where its own
@@ -39,30 +38,12 @@ func TestPartitionReadBelowStart(t *testing.T) {
 	if l.Info().StartOffset != 0 {
 		t.Fatalf("the log's first segment went: %+v", l.Info())
 	}
-	p := &partition{fsm: f, log: l}
+	p := &Partition{fsm: f, log: l}
 	if _, err := p.read(9, 1, 1<<20); !errors.Is(err, storage.ErrTrimmed) {
 		t.Fatalf("read below the start: %v, want ErrTrimmed", err)
 	}
 	msgs, err := p.read(10, 1, 1<<20)
 	if err != nil || len(msgs) != 1 || msgs[0].Offset != 10 {
 		t.Fatalf("read at the start: %v %v", msgs, err)
-	}
-}
-
-func TestValidRetention(t *testing.T) {
-	for _, r := range []transport.RetentionPolicy{
-		{RetentionTimeMs: -2}, {RetentionBytes: -5}, {BacklogQuotaBytes: -1}, {BacklogQuotaPolicy: 7}, {MessageTTLMs: -1},
-	} {
-		if err := validRetention(r); err == nil {
-			t.Errorf("%+v accepted", r)
-		}
-	}
-	for _, r := range []transport.RetentionPolicy{
-		{}, {RetentionTimeMs: -1, RetentionBytes: -1}, {RetentionTimeMs: 1000, RetentionBytes: 1 << 30, BacklogQuotaBytes: 1 << 20,
-			BacklogQuotaPolicy: transport.ConsumerBacklogEviction, MessageTTLMs: 5},
-	} {
-		if err := validRetention(r); err != nil {
-			t.Errorf("%+v refused: %v", r, err)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
@@ -23,44 +24,23 @@ const (
 	maxDescribedKeys = 100
 )
 
-// outbox is where a consumer's messages go: its session.
-type outbox interface {
-	// deliver sends a Message frame; an error means the connection is gone.
-	deliver(ctx context.Context, m *transport.Message) error
-	// evictConsumer forgets a consumer the partition dropped and tells the
+// Outbox is where a consumer's messages and events go: its session. Its
+// methods are called from the partition's goroutines, consumers' ids are
+// the session's own (SubscribeRequest.ID).
+type Outbox interface {
+	// Deliver sends a Message frame, waiting for room until ctx ends; an
+	// error means the connection is gone (or ctx ended).
+	Deliver(ctx context.Context, m *transport.Message) error
+	// EvictConsumer forgets a consumer the partition dropped and tells the
 	// client (CloseConsumer), which then looks the leader up again.
-	evictConsumer(id uint64)
-	// activeChange tells a failover consumer it became active or inactive
+	EvictConsumer(id uint64)
+	// ActiveChange tells a failover consumer it became active or inactive
 	// (FO-6).
-	activeChange(id uint64, active bool)
-	// probe pings the client and reports whether it answered in time.
-	probe(timeout time.Duration) bool
-	// drop closes the client's connection.
-	drop()
-}
-
-// consumer is a consumer of a subscription on the partition's leader, as
-// its session knows it.
-type consumer struct {
-	id       uint64 // the session's id for it
-	name     string
-	priority int32
-	ranges   []transport.HashRange // sticky key_shared (KS-4)
-	out      outbox
-	conn     uint64 // names the session: one connection, one conn
-	// gen is the generation of the consumer's membership (its join's Raft
-	// index); a leave names it.
-	gen uint64
-	// key is the dispatcher's id for it, set when it attaches.
-	key subscription.ConsumerID
-}
-
-// consumerKeys gives consumers their dispatcher ids, unique in the node.
-var consumerKeys atomic.Uint64
-
-// engineConsumer is c as the subscription engine sees it.
-func (c *consumer) engine() subscription.Consumer {
-	return subscription.Consumer{ID: c.key, Name: c.name, Priority: c.priority, Ranges: toRanges(c.ranges), Conn: c.conn}
+	ActiveChange(id uint64, active bool)
+	// Probe pings the client and reports whether it answered in time.
+	Probe(timeout time.Duration) bool
+	// Drop closes the client's connection.
+	Drop()
 }
 
 // dispatcher drives one subscription's dispatch engine
@@ -73,7 +53,7 @@ func (c *consumer) engine() subscription.Consumer {
 // starts from them (SUB-7); what lives here is only what is in flight.
 // One goroutine (run) makes the passes; the engine is used under mu.
 type dispatcher struct {
-	p    *partition
+	p    *Partition
 	name string
 	mode transport.SubscriptionMode
 	// durable is false for a reader (SUB-5): it has no cursor in the state
@@ -85,7 +65,7 @@ type dispatcher struct {
 
 	mu      sync.Mutex
 	eng     *subscription.Dispatcher
-	byKey   map[subscription.ConsumerID]*consumer
+	byKey   map[subscription.ConsumerID]*Consumer
 	timer   *time.Timer // wakes the engine when it asked to (Wake)
 	timerAt time.Time
 
@@ -102,13 +82,13 @@ type dispatcher struct {
 	wg       sync.WaitGroup
 }
 
-func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, durable bool, start uint64,
+func newDispatcher(p *Partition, name string, mode transport.SubscriptionMode, durable bool, start uint64,
 	keyMode transport.KeySharedMode, outOfOrder bool) *dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &dispatcher{
 		ctx: ctx, cancel: cancel, p: p, name: name, mode: mode, durable: durable,
 		keyMode: keyMode, outOfOrder: outOfOrder,
-		byKey: map[subscription.ConsumerID]*consumer{},
+		byKey: map[subscription.ConsumerID]*Consumer{},
 		wake:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 	}
@@ -117,7 +97,7 @@ func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, d
 		Keys:      keyPolicy(keyMode, outOfOrder),
 		Durable:   durable,
 		Partition: -1,
-		Limits:    p.cfg.SubscriptionLimits.engine(),
+		Limits:    p.cfg.Dispatch,
 	}
 	if pn, err := geofabric.ParsePartition(p.name); err == nil {
 		cfg.Partition, cfg.Stream = pn.Index, pn.Stream.String()
@@ -130,22 +110,10 @@ func newDispatcher(p *partition, name string, mode transport.SubscriptionMode, d
 	return d
 }
 
-// engine returns the limits as the subscription engine takes them.
-func (l SubscriptionLimits) engine() subscription.Limits {
-	return subscription.Limits{
-		MaxUnackedPerConsumer:     l.MaxUnackedPerConsumer,
-		MaxUnackedPerSubscription: l.MaxUnackedPerSubscription,
-		LookAheadPerConsumer:      l.LookAheadPerConsumer,
-		LookAheadPerSubscription:  l.LookAheadPerSubscription,
-		DrainTimeout:              l.DrainTimeout,
-		StabilityWindow:           l.FailoverStabilityWindow,
-	}
-}
-
 // replicatedSub is a subscription's replicated state as the engine reads
 // it: the partition's state machine, and the joins in progress.
 type replicatedSub struct {
-	p   *partition
+	p   *Partition
 	sub string
 }
 
@@ -191,13 +159,13 @@ func busyError(err error) error {
 	var a *subscription.AssignError
 	switch {
 	case errors.As(err, &b) && b.Grace:
-		return wireError(transport.CodeConsumerBusy, msgExclusiveBusy+" (consumer '%s' keeps its place for the reconnect grace after a leader change)", b.Name)
+		return wire.Errorf(transport.CodeConsumerBusy, wire.ExclusiveBusy+" (consumer '%s' keeps its place for the reconnect grace after a leader change)", b.Name)
 	case errors.As(err, &b) && b.Exclusive:
-		return wireError(transport.CodeConsumerBusy, msgExclusiveBusy)
+		return wire.Errorf(transport.CodeConsumerBusy, wire.ExclusiveBusy)
 	case errors.As(err, &b):
-		return wireError(transport.CodeConsumerBusy, msgConsumerNameBusy, b.Name)
+		return wire.Errorf(transport.CodeConsumerBusy, wire.ConsumerNameBusy, b.Name)
 	case errors.As(err, &a):
-		return wireError(transport.CodeConsumerAssignError, "%v", a)
+		return wire.Errorf(transport.CodeConsumerAssignError, "%v", a)
 	}
 	return err
 }
@@ -278,7 +246,7 @@ func (d *dispatcher) run() {
 func (d *dispatcher) settleLocked() {
 	for _, e := range d.eng.TakeEvents() {
 		if c := d.byKey[e.Consumer]; c != nil {
-			c.out.activeChange(c.id, e.Active)
+			c.out.ActiveChange(c.id, e.Active)
 		}
 	}
 	if w := d.eng.Wake(); !w.Equal(d.timerAt) {
@@ -294,7 +262,7 @@ func (d *dispatcher) settleLocked() {
 
 // admit runs the engine's admission checks for c (see
 // subscription.Admit) and returns the attached holder to probe (EX-2).
-func (d *dispatcher) admit(c *consumer) (*consumer, error) {
+func (d *dispatcher) admit(c *Consumer) (*Consumer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	holder, err := d.eng.Admit(c.engine(), time.Now())
@@ -303,7 +271,7 @@ func (d *dispatcher) admit(c *consumer) (*consumer, error) {
 
 // add attaches a consumer (the checks run again: two joins may have
 // passed them together).
-func (d *dispatcher) add(c *consumer) error {
+func (d *dispatcher) add(c *Consumer) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c.key = subscription.ConsumerID(consumerKeys.Add(1))
@@ -319,7 +287,7 @@ func (d *dispatcher) add(c *consumer) error {
 // remove detaches a consumer; what it held unacknowledged goes back to
 // the others (SH-5, KS-8). It reports whether the consumer was attached
 // and whether none is left.
-func (d *dispatcher) remove(c *consumer) (found, empty bool) {
+func (d *dispatcher) remove(c *Consumer) (found, empty bool) {
 	d.mu.Lock()
 	found, empty = d.eng.Detach(c.key, time.Now())
 	if found {
@@ -334,14 +302,14 @@ func (d *dispatcher) remove(c *consumer) (found, empty bool) {
 }
 
 // attached reports whether a consumer is attached.
-func (d *dispatcher) attached(c *consumer) bool {
+func (d *dispatcher) attached(c *Consumer) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.byKey[c.key] == c
 }
 
 // named returns the attached consumer of that name, nil if none.
-func (d *dispatcher) named(name string) *consumer {
+func (d *dispatcher) named(name string) *Consumer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key, ok := d.eng.Named(name)
@@ -359,10 +327,10 @@ func (d *dispatcher) connectedNames() map[string]bool {
 }
 
 // detachAll removes every consumer and returns them.
-func (d *dispatcher) detachAll() []*consumer {
+func (d *dispatcher) detachAll() []*Consumer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var cs []*consumer
+	var cs []*Consumer
 	for _, key := range d.eng.DetachAll() {
 		cs = append(cs, d.byKey[key])
 	}
@@ -378,7 +346,7 @@ func (d *dispatcher) consumerCount() int {
 }
 
 // flow grants a consumer permits (SH-2).
-func (d *dispatcher) flow(c *consumer, permits int64) {
+func (d *dispatcher) flow(c *Consumer, permits int64) {
 	d.mu.Lock()
 	d.eng.Flow(c.key, permits, maxPermits)
 	d.mu.Unlock()
@@ -396,7 +364,7 @@ func (d *dispatcher) acked(offsets []uint64, cumulative bool) {
 
 // redeliver sends the given unacknowledged messages again, or all of them
 // when offsets is empty.
-func (d *dispatcher) redeliver(c *consumer, offsets []uint64) {
+func (d *dispatcher) redeliver(c *Consumer, offsets []uint64) {
 	d.mu.Lock()
 	d.eng.Redeliver(c.key, offsets)
 	counted := d.eng.TakeCounted()
@@ -474,7 +442,7 @@ func (d *dispatcher) dispatchOnce() bool {
 	dls, progress := d.eng.Deliver(plan, in, time.Now())
 	d.settleLocked()
 	type push struct {
-		c     *consumer
+		c     *Consumer
 		frame *transport.Message
 	}
 	var pushes []push
@@ -544,10 +512,10 @@ func engineMsg(m storage.Message) subscription.Msg {
 // push sends a frame to a consumer. A failure means its connection is
 // gone: the session notices and removes the consumer, which puts the
 // messages back.
-func (d *dispatcher) push(c *consumer, frame *transport.Message) {
+func (d *dispatcher) push(c *Consumer, frame *transport.Message) {
 	ctx, cancel := context.WithTimeout(d.ctx, deliverTimeout)
 	defer cancel()
-	if err := c.out.deliver(ctx, frame); err != nil {
+	if err := c.out.Deliver(ctx, frame); err != nil {
 		d.p.logger.Debug("delivery failed", "subscription", d.name, "consumer", c.name, "err", err)
 	}
 }

@@ -1,9 +1,10 @@
-package broker
+package partition
 
 import (
 	"testing"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -53,7 +54,7 @@ func TestJoinRefusal(t *testing.T) {
 			transport.CodeSubscriptionBusy, "Subscription is of different type: active 'sticky', requested 'auto_split, allow_out_of_order'"},
 	}
 	for _, tt := range tests {
-		err := toWire(joinRefusal("s", tt.err))
+		err := wire.From(joinRefusal("s", tt.err))
 		if err.Code != tt.code || err.Message != tt.msg {
 			t.Errorf("%v: told %v %q, want %v %q", tt.err, err.Code, err.Message, tt.code, tt.msg)
 		}

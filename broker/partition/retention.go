@@ -1,4 +1,4 @@
-package broker
+package partition
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -24,7 +25,7 @@ type quotaState struct {
 // leader it decides retention and proposes the new start (a retainEntry)
 // and enforces the backlog quota. Like the sweep, it runs for the life of
 // the partition and acts on the leader's part only while this node leads.
-func (p *partition) retentionLoop() {
+func (p *Partition) retentionLoop() {
 	defer p.wg.Done()
 	t := time.NewTicker(p.cfg.RetentionInterval)
 	defer t.Stop()
@@ -39,7 +40,7 @@ func (p *partition) retentionLoop() {
 }
 
 // retainOnce is one pass of the retention loop.
-func (p *partition) retainOnce(now time.Time) {
+func (p *Partition) retainOnce(now time.Time) {
 	if start := p.fsm.StartOffset(); p.log.Info().StartOffset < start {
 		if _, err := p.log.TrimBefore(start); err != nil {
 			p.logger.Warn("cannot delete segments below the partition's start", "start", start, "err", err)
@@ -99,12 +100,12 @@ func (p *partition) retainOnce(now time.Time) {
 
 // checkQuota refuses a send while the backlog is over the stream's quota
 // and its policy is producer_exception.
-func (p *partition) checkQuota() error {
+func (p *Partition) checkQuota() error {
 	q := p.quota.Load()
 	if q == nil || !q.exceeded {
 		return nil
 	}
-	return wireError(transport.CodeBacklogQuotaExceeded,
+	return wire.Errorf(transport.CodeBacklogQuotaExceeded,
 		"partition %s: backlog quota exceeded: the slowest subscription's backlog is about %d bytes, the quota %d (policy producer_exception); sends are refused until consumers acknowledge",
 		p.name, q.backlog, q.quota)
 }
@@ -112,30 +113,13 @@ func (p *partition) checkQuota() error {
 // read reads the log from offset, refusing offsets below the replicated
 // start with storage.ErrTrimmed even where this replica's log still holds
 // them: every replica serves the same offsets.
-func (p *partition) read(offset uint64, maxMessages, maxBytes int) ([]storage.Message, error) {
+func (p *Partition) read(offset uint64, maxMessages, maxBytes int) ([]storage.Message, error) {
 	if start := p.fsm.StartOffset(); offset < start {
 		return nil, fmt.Errorf("%w: offset %d, partition starts at %d", storage.ErrTrimmed, offset, start)
 	}
 	msgs, err := p.log.Read(offset, maxMessages, maxBytes)
 	if errors.Is(err, storage.ErrCorrupt) {
-		p.damaged(err)
+		p.Damaged(err)
 	}
 	return msgs, err
-}
-
-// validRetention checks a stream's policy.
-func validRetention(r transport.RetentionPolicy) error {
-	switch {
-	case r.RetentionTimeMs < -1:
-		return fmt.Errorf("retention time %dms: must be -1 (no limit), 0 or positive", r.RetentionTimeMs)
-	case r.RetentionBytes < -1:
-		return fmt.Errorf("retention size %d bytes: must be -1 (no limit), 0 or positive", r.RetentionBytes)
-	case r.BacklogQuotaBytes < 0:
-		return fmt.Errorf("backlog quota %d bytes: must be 0 (none) or positive", r.BacklogQuotaBytes)
-	case r.BacklogQuotaPolicy > transport.ConsumerBacklogEviction:
-		return fmt.Errorf("backlog quota policy %d: must be producer_exception or consumer_backlog_eviction", r.BacklogQuotaPolicy)
-	case r.MessageTTLMs < 0:
-		return fmt.Errorf("message TTL %dms: must be 0 (none) or positive", r.MessageTTLMs)
-	}
-	return nil
 }

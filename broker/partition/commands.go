@@ -1,10 +1,11 @@
-package broker
+package partition
 
 import (
 	"context"
 	"errors"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -89,7 +90,7 @@ func wireMember(m fsm.Member) memberState {
 
 // members returns a subscription's members and its mode and key policy
 // (SUB-7); ok is false when it does not exist.
-func (p *partition) members(sub string) (ms []memberState, mode transport.SubscriptionMode, keyMode transport.KeySharedMode, outOfOrder, ok bool) {
+func (p *Partition) members(sub string) (ms []memberState, mode transport.SubscriptionMode, keyMode transport.KeySharedMode, outOfOrder, ok bool) {
 	fms, fmode, fkeyMode, outOfOrder, ok := p.fsm.Members(sub)
 	for _, m := range fms {
 		ms = append(ms, wireMember(m))
@@ -104,21 +105,21 @@ func joinRefusal(sub string, err error) error {
 	var mismatch *fsm.ModeMismatchError
 	switch {
 	case errors.As(err, &tooMany):
-		return wireError(transport.CodeLimitExceeded, "subscription %s cannot be created: the partition has %d subscriptions, the limit (--max-subscriptions-per-partition)", sub, tooMany.Max)
+		return wire.Errorf(transport.CodeLimitExceeded, "subscription %s cannot be created: the partition has %d subscriptions, the limit (--max-subscriptions-per-partition)", sub, tooMany.Max)
 	case errors.As(err, &mismatch):
 		a, r := mismatch.Active, mismatch.Requested
 		if a.Mode != r.Mode {
-			return wireError(transport.CodeSubscriptionBusy, msgSubscriptionType, modeName(wireMode(a.Mode)), modeName(wireMode(r.Mode)))
+			return wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType, modeName(wireMode(a.Mode)), modeName(wireMode(r.Mode)))
 		}
-		return wireError(transport.CodeSubscriptionBusy, msgSubscriptionType,
+		return wire.Errorf(transport.CodeSubscriptionBusy, wire.SubscriptionType,
 			keyPolicyName(wireKeyMode(a.KeyMode), a.OutOfOrder), keyPolicyName(wireKeyMode(r.KeyMode), r.OutOfOrder))
 	}
-	return wireError(transport.CodeSubscriptionBusy, "%v", err)
+	return wire.Errorf(transport.CodeSubscriptionBusy, "%v", err)
 }
 
 // apply proposes a command to the partition's group and waits for the
 // state machine's answer, mapping failures for clients.
-func apply[R any](ctx context.Context, p *partition, c fsm.Command[R]) (R, error) {
+func apply[R any](ctx context.Context, p *Partition, c fsm.Command[R]) (R, error) {
 	var zero R
 	data, err := fsm.Encode(c)
 	if err != nil {

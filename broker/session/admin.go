@@ -1,0 +1,93 @@
+package session
+
+import (
+	"context"
+
+	"github.com/fabriq-io/fabriq/broker/wire"
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// The admin requests of the client protocol: the node does the work
+// (Node), the session answers.
+
+func (s *Session) lookup(c *transport.Lookup) {
+	res, err := s.node.Lookup(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	res.RequestID = c.RequestID
+	s.reply(res)
+}
+
+func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
+	n, err := s.node.Partitions(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	s.reply(&transport.PartitionedMetadataResult{RequestID: c.RequestID, Partitions: int32(n)})
+}
+
+func (s *Session) createStream(c *transport.CreateStream) {
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	var retention transport.RetentionPolicy
+	if c.Retention != nil {
+		retention = *c.Retention
+	}
+	s.answer(c.RequestID, s.node.CreateStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), retention))
+}
+
+func (s *Session) deleteStream(c *transport.DeleteStream) {
+	s.answer(c.RequestID, s.node.DeleteStream(s.ctx, c.Stream, c.Force))
+}
+
+func (s *Session) setRetention(c *transport.SetRetention) {
+	s.answer(c.RequestID, s.node.SetRetention(context.Background(), c.Stream, c.Retention))
+}
+
+func (s *Session) listStreams(c *transport.ListStreams) {
+	tenant, fabric, err := geofabric.ParseFabric(c.Fabric)
+	if err != nil {
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
+	for _, name := range s.node.Streams() {
+		st, err := geofabric.ParseStream(name)
+		if err == nil && st.Tenant == tenant && st.Fabric == fabric {
+			res.Streams = append(res.Streams, name)
+		}
+	}
+	s.reply(res)
+}
+
+func (s *Session) describeStream(c *transport.DescribeStream) {
+	info, err := s.node.DescribeStream(c.Stream, c.Partition)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	s.reply(&transport.DescribeStreamResult{RequestID: c.RequestID, Info: info})
+}
+
+func (s *Session) clusterStatus(c *transport.ClusterStatus) {
+	s.reply(&transport.ClusterStatusResult{RequestID: c.RequestID, Status: s.node.ClusterStatus()})
+}
+
+// renewReplica answers a node of an older version that asks over the
+// client port for a new member in place of its damaged copy.
+func (s *Session) renewReplica(c *transport.RenewReplica) {
+	s.answer(c.RequestID, s.node.RenewReplica(c.Partition, c.Member, s.conn.RemoteAddr()))
+}
+
+// answer answers a request with Success, or with its error.
+func (s *Session) answer(requestID uint64, err error) {
+	if err != nil {
+		s.replyErr(requestID, err)
+		return
+	}
+	s.reply(&transport.Success{RequestID: requestID})
+}

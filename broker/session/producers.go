@@ -1,0 +1,147 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/wire"
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// sessProducer is a producer the session holds on a partition.
+type sessProducer struct {
+	name string
+	p    *partition.Partition
+	// diskFull is set once a send was refused with DiskFull: the later
+	// sends of this producer id are refused too, so that none is stored
+	// ahead of the refused one. The client creates the producer again
+	// and resends them in order.
+	diskFull atomic.Bool
+}
+
+func (s *Session) createProducer(c *transport.CreateProducer) {
+	name := c.ProducerName
+	if name == "" {
+		name = fmt.Sprintf("%s-%d", s.cfg.NodeID, producerSeq.Add(1))
+	} else if err := geofabric.CheckClientName("producer", name); err != nil {
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
+		return
+	}
+	lp, err := s.node.LocalLeader(c.Stream)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	s.mu.Lock()
+	if _, dup := s.producers[c.ProducerID]; dup {
+		s.mu.Unlock()
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "producer id %d is in use on this connection", c.ProducerID))
+		return
+	}
+	held := 0
+	for _, sp := range s.producers {
+		if sp.p != lp || sp.name != name { // a re-attach replaces its own
+			held++
+		}
+	}
+	s.mu.Unlock()
+	if limit := s.cfg.MaxProducers; held >= limit {
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.cfg.NodeID))
+		return
+	}
+	if !lp.ClaimProducer(name, s) {
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeProducerBusy, wire.ProducerBusy, name))
+		return
+	}
+	// A re-attach from this session replaces its earlier producer ids.
+	s.mu.Lock()
+	for id, sp := range s.producers {
+		if sp.p == lp && sp.name == name {
+			delete(s.producers, id)
+		}
+	}
+	s.producers[c.ProducerID] = &sessProducer{name: name, p: lp}
+	s.mu.Unlock()
+	// The last stored sequence id comes through the write path, after
+	// every send proposed before (openProducer).
+	rid := c.RequestID
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	lp.OpenProducer(ctx, name, func(lastSeq int64, err error) {
+		if err != nil {
+			s.mu.Lock()
+			delete(s.producers, c.ProducerID)
+			s.mu.Unlock()
+			lp.ReleaseProducer(name, s)
+			s.replyErr(rid, err)
+			return
+		}
+		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: lastSeq})
+	})
+}
+
+func (s *Session) send(c *transport.Send) {
+	s.mu.Lock()
+	p := s.producers[c.ProducerID]
+	s.mu.Unlock()
+	first := uint64(0)
+	if len(c.Messages) > 0 {
+		first = c.Messages[0].SequenceID
+	}
+	fail := func(err error) {
+		e := wire.From(err)
+		s.reply(&transport.SendError{ProducerID: c.ProducerID, SequenceID: first, Code: e.Code, Message: e.Message, LeaderHint: e.LeaderHint})
+	}
+	if p == nil {
+		fail(wire.Errorf(transport.CodeProducerNotFound, "no producer %d on this connection", c.ProducerID))
+		return
+	}
+	if len(c.Messages) == 0 {
+		fail(wire.Errorf(transport.CodeInvalidArgument, "a send needs at least one message"))
+		return
+	}
+	size := 0
+	for i, m := range c.Messages {
+		size += len(m.Payload)
+		if len(m.Payload) > s.cfg.MaxMessageBytes {
+			fail(wire.Errorf(transport.CodeTooLarge, "message of %d bytes is above the limit of %d", len(m.Payload), s.cfg.MaxMessageBytes))
+			return
+		}
+		if i > 0 && m.SequenceID <= c.Messages[i-1].SequenceID {
+			fail(wire.Errorf(transport.CodeInvalidArgument, "sequence ids must increase within a send"))
+			return
+		}
+	}
+	if p.diskFull.Load() {
+		fail(wire.Errorf(transport.CodeDiskFull, "an earlier send of this producer was refused for lack of disk space; create the producer again to resend in order"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	p.p.Send(ctx, p.name, c.Messages, func(offsets []uint64, err error) {
+		if err != nil {
+			if transport.CodeOf(err) == transport.CodeDiskFull {
+				p.diskFull.Store(true)
+			}
+			fail(err)
+			return
+		}
+		s.reply(&transport.SendReceipt{ProducerID: c.ProducerID, SequenceID: first, Offsets: offsets})
+	})
+}
+
+func (s *Session) closeProducer(c *transport.CloseProducer) {
+	s.mu.Lock()
+	p := s.producers[c.ProducerID]
+	delete(s.producers, c.ProducerID)
+	s.mu.Unlock()
+	if p != nil {
+		p.p.ReleaseProducer(p.name, s)
+	}
+	if c.RequestID != 0 {
+		s.reply(&transport.Success{RequestID: c.RequestID})
+	}
+}
