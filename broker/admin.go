@@ -267,6 +267,7 @@ func (n *Node) status() transport.ClusterInfo {
 	ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 	info.MetaIndex, _ = n.control.Index(ctx)
 	cancel()
+	info.FreeDisk, info.MinFreeDisk = n.disk.reading()
 	for _, nd := range n.catalog.Nodes() {
 		info.Nodes = append(info.Nodes, transport.NodeStatus{
 			ID: nd.ID, State: n.nodeState(nd.ID), Region: nd.Region, ClientAddr: nd.ClientAddr, RaftAddr: nd.RaftAddr,

@@ -34,6 +34,8 @@ type diskReserve struct {
 	logger *slog.Logger
 	// avail is the free space last read, less what was admitted since.
 	avail atomic.Int64
+	// read is the free space last read.
+	read atomic.Int64
 	// low is whether the last reading was below the reserve.
 	low atomic.Bool
 	// failing is whether the last reading failed (logged once).
@@ -65,6 +67,7 @@ func (r *diskReserve) refresh() error {
 	// ours to count on.
 	free := int64(st.Bavail) * int64(st.Bsize)
 	r.avail.Store(free)
+	r.read.Store(free)
 	low := free < r.min
 	if r.low.Swap(low) != low {
 		if low {
@@ -76,6 +79,15 @@ func (r *diskReserve) refresh() error {
 		}
 	}
 	return nil
+}
+
+// reading returns the free space last read and the reserve; zeros with
+// the reserve off.
+func (r *diskReserve) reading() (free, min int64) {
+	if r == nil {
+		return 0, 0
+	}
+	return r.read.Load(), r.min
 }
 
 // roomy reports whether the last reading found at least the reserve free

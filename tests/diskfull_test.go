@@ -138,6 +138,10 @@ func TestDiskFullRefusesSendsAndResumes(t *testing.T) {
 	for i, d := range disks {
 		fillers[i] = d.fill(t, reserve+headroom)
 	}
+	// Each node reads its free space once a second and admits sends
+	// against its last reading: the leader must have read the filled
+	// disk, or it would admit more than the disk still holds.
+	waitReading(ctx, t, nodes, reserve+headroom)
 
 	// Until the leader refuses: at most headroom/2 of messages fit
 	// above the reserve (each is written to the Raft log and the log).
@@ -234,6 +238,19 @@ func ackedSends(ctx context.Context, t *testing.T, p *client.Producer) (map[stri
 			t.Fatalf("%d sends failed, first: %v", len(failed), failed[0])
 		}
 		maps.Copy(acked, ok)
+	}
+}
+
+// waitReading waits until every node's last reading of its free space
+// (cluster status) is at most free bytes.
+func waitReading(ctx context.Context, t *testing.T, nodes []*clusterNode, free int64) {
+	t.Helper()
+	for _, n := range nodes {
+		nc := newClient(t, n.url())
+		eventually(ctx, t, n.id+" to read its free space", func() bool {
+			st, err := nc.ClusterStatus(ctx)
+			return err == nil && st.MinFreeDisk > 0 && st.FreeDisk <= free
+		})
 	}
 }
 

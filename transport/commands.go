@@ -527,9 +527,14 @@ type ClusterInfo struct {
 	// MetaIndex is the last metadata entry the answering node's catalog
 	// applied (a restarting node waits for its own to reach the
 	// leader's before it acts on its catalog).
-	MetaIndex  uint64            `msgpack:"mi,omitempty" json:"meta_index,omitempty"`
-	Nodes      []NodeStatus      `msgpack:"ns" json:"nodes"`
-	Partitions []PartitionStatus `msgpack:"ps" json:"partitions"`
+	MetaIndex uint64 `msgpack:"mi,omitempty" json:"meta_index,omitempty"`
+	// FreeDisk is the free space of the answering node's data directory
+	// at its last reading (once a second), MinFreeDisk its reserve
+	// (--min-free-disk); both 0 when the node keeps no reserve.
+	FreeDisk    int64             `msgpack:"fd,omitempty" json:"free_disk_bytes,omitempty"`
+	MinFreeDisk int64             `msgpack:"mfd,omitempty" json:"min_free_disk_bytes,omitempty"`
+	Nodes       []NodeStatus      `msgpack:"ns" json:"nodes"`
+	Partitions  []PartitionStatus `msgpack:"ps" json:"partitions"`
 }
 
 // NodeStatus is one node of the cluster.

@@ -38,6 +38,10 @@ answering node cannot tell.`,
 				return enc.Encode(st)
 			}
 			fmt.Fprintf(a.stdout, "as seen by node %s; metadata leader %s\n", st.Node, orNone(st.MetaLeader))
+			if st.MinFreeDisk > 0 {
+				fmt.Fprintf(a.stdout, "node %s: %.1f MiB free on its data directory, reserve %.1f MiB\n",
+					st.Node, float64(st.FreeDisk)/(1<<20), float64(st.MinFreeDisk)/(1<<20))
+			}
 			fmt.Fprintln(a.stdout, "nodes:")
 			for _, n := range st.Nodes {
 				fmt.Fprintf(a.stdout, "  %-12s %-8s region=%s client=%s raft=%s\n", n.ID, n.State, orNone(n.Region), n.ClientAddr, n.RaftAddr)
