@@ -202,3 +202,36 @@ func TestSubscriptionsPerPartitionLimit(t *testing.T) {
 		t.Fatalf("a second consumer of an existing subscription: %#v", res)
 	}
 }
+
+// A client that sends its next subscribe on the answer to the last one
+// finds the count that answer implies: at the limit, over and over, a
+// subscribe is never refused for one still in progress.
+func TestConsumerLimitCountsAnsweredSubscribes(t *testing.T) {
+	n := startLimited(t, broker.ClientLimits{MaxConsumersPerConnection: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := dialRaw(ctx, t, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stream = "persistent://acme/prod/limit-rounds"
+	if res := request(ctx, t, c, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 1, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
+		t.Fatalf("create stream: %#v", res)
+	}
+	rid := uint64(10)
+	for round := range 200 {
+		for id := uint64(1); id <= 2; id++ {
+			rid++
+			res := request(ctx, t, c, &transport.Subscribe{RequestID: rid, ConsumerID: id, Stream: stream, Subscription: "s", Mode: transport.Shared})
+			if _, ok := res.(*transport.SubscribeReady); !ok {
+				t.Fatalf("round %d, consumer %d: %#v", round, id, res)
+			}
+		}
+		for id := uint64(1); id <= 2; id++ {
+			rid++
+			if res := request(ctx, t, c, &transport.CloseConsumer{RequestID: rid, ConsumerID: id}); fmt.Sprintf("%T", res) != "*transport.Success" {
+				t.Fatalf("round %d, close consumer %d: %#v", round, id, res)
+			}
+		}
+	}
+}

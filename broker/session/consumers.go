@@ -34,16 +34,11 @@ func (s *Session) subscribe(c *transport.Subscribe) {
 	if name == "" {
 		name = fmt.Sprintf("consumer-%d", producerSeq.Add(1))
 	}
-	if !s.startSubscribe(c, lp) {
-		return
-	}
-	defer func() {
-		s.mu.Lock()
-		delete(s.subscribing, c.ConsumerID)
-		s.mu.Unlock()
-	}()
 	if c.PriorityLevel < 0 {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "priority level must not be negative, not %d", c.PriorityLevel))
+		return
+	}
+	if !s.startSubscribe(c, lp) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
@@ -53,18 +48,29 @@ func (s *Session) subscribe(c *transport.Subscribe) {
 		NonDurable: c.NonDurable, Start: c.StartOffset,
 		ID: c.ConsumerID, Name: name, Priority: c.PriorityLevel, Out: s, Conn: s.seq,
 	})
+	// The mark goes before the answer: a client that sends its next
+	// subscribe on this answer finds the count it expects.
+	s.endSubscribe(c.ConsumerID, cons)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	s.mu.Lock()
-	s.consumers[c.ConsumerID] = cons
-	s.mu.Unlock()
 	s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: name})
 	if !cons.Attached() {
 		// Evicted (leadership lost) before the session knew it: tell the
 		// client, which attaches again.
 		s.EvictConsumer(c.ConsumerID)
+	}
+}
+
+// endSubscribe clears the in-progress mark of a consumer id and, when
+// the subscribe succeeded, holds its consumer, in one step.
+func (s *Session) endSubscribe(id uint64, cons *partition.Consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subscribing, id)
+	if cons != nil {
+		s.consumers[id] = cons
 	}
 }
 
@@ -89,7 +95,7 @@ func checkMode(c *transport.Subscribe) error {
 // the id is in use or being subscribed on this connection, or the
 // connection holds its limit of consumers; then it answers and reports
 // false. A repeated subscribe of the same consumer is answered as the
-// first was (SUB-6). The caller clears the mark when done.
+// first was (SUB-6). The caller clears the mark with endSubscribe.
 func (s *Session) startSubscribe(c *transport.Subscribe, lp *partition.Partition) bool {
 	s.mu.Lock()
 	if old, ok := s.consumers[c.ConsumerID]; ok {

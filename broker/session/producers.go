@@ -35,36 +35,21 @@ func (s *Session) createProducer(c *transport.CreateProducer) {
 		s.replyErr(c.RequestID, err)
 		return
 	}
-	s.mu.Lock()
-	if _, dup := s.producers[c.ProducerID]; dup {
-		s.mu.Unlock()
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "producer id %d is in use on this connection", c.ProducerID))
-		return
-	}
-	held := 0
-	for _, sp := range s.producers {
-		if sp.p != lp || sp.name != name { // a re-attach replaces its own
-			held++
-		}
-	}
-	s.mu.Unlock()
-	if limit := s.cfg.MaxProducers; held >= limit {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.cfg.NodeID))
+	if err := s.checkProducerRoom(c.ProducerID, lp, name); err != nil {
+		s.replyErr(c.RequestID, err)
 		return
 	}
 	if !lp.ClaimProducer(name, s) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeProducerBusy, wire.ProducerBusy, name))
 		return
 	}
-	// A re-attach from this session replaces its earlier producer ids.
-	s.mu.Lock()
-	for id, sp := range s.producers {
-		if sp.p == lp && sp.name == name {
-			delete(s.producers, id)
-		}
+	// Creates may run concurrently: the room is checked again in the
+	// step that takes it.
+	if err := s.holdProducer(c.ProducerID, lp, name); err != nil {
+		lp.ReleaseProducer(name, s)
+		s.replyErr(c.RequestID, err)
+		return
 	}
-	s.producers[c.ProducerID] = &sessProducer{name: name, p: lp}
-	s.mu.Unlock()
 	// The last stored sequence id comes through the write path, after
 	// every send proposed before (openProducer).
 	rid := c.RequestID
@@ -81,6 +66,48 @@ func (s *Session) createProducer(c *transport.CreateProducer) {
 		}
 		s.reply(&transport.ProducerReady{RequestID: rid, ProducerName: name, LastSequenceID: lastSeq})
 	})
+}
+
+// checkProducerRoom refuses a producer id in use on this connection, or
+// one producer more than the connection's limit (a re-attach of a
+// producer it holds replaces that one).
+func (s *Session) checkProducerRoom(id uint64, lp *partition.Partition, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.producerRoomLocked(id, lp, name)
+}
+
+func (s *Session) producerRoomLocked(id uint64, lp *partition.Partition, name string) error {
+	if _, dup := s.producers[id]; dup {
+		return wire.Errorf(transport.CodeInvalidArgument, "producer id %d is in use on this connection", id)
+	}
+	held := 0
+	for _, sp := range s.producers {
+		if sp.p != lp || sp.name != name {
+			held++
+		}
+	}
+	if limit := s.cfg.MaxProducers; held >= limit {
+		return wire.Errorf(transport.CodeLimitExceeded, "this connection holds %d producers, the limit of node %s (--max-producers-per-connection)", limit, s.cfg.NodeID)
+	}
+	return nil
+}
+
+// holdProducer takes the producer id for name on lp if there is still
+// room, replacing this session's earlier ids of the same producer.
+func (s *Session) holdProducer(id uint64, lp *partition.Partition, name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.producerRoomLocked(id, lp, name); err != nil {
+		return err
+	}
+	for old, sp := range s.producers {
+		if sp.p == lp && sp.name == name {
+			delete(s.producers, old)
+		}
+	}
+	s.producers[id] = &sessProducer{name: name, p: lp}
+	return nil
 }
 
 func (s *Session) send(c *transport.Send) {
