@@ -187,7 +187,8 @@ func (d *Dispatcher) deliverTo(p Plan, in Read) ([]Delivery, bool) {
 	}
 	taken = append(taken, in.Gone...)
 	// Remove exactly what was taken: others may have been given back since.
-	d.resend = slices.DeleteFunc(d.resend, func(o uint64) bool { return slices.Contains(taken, o) })
+	slices.Sort(taken)
+	d.resend = slices.DeleteFunc(d.resend, func(o uint64) bool { _, ok := slices.BinarySearch(taken, o); return ok })
 	out := Delivery{Consumer: c.ID}
 	take := func(m Msg) {
 		if d.cfg.Durable {

@@ -175,8 +175,10 @@ type Dispatcher struct {
 	// skipped are key_shared messages read past and not delivered yet,
 	// their key being blocked (KS-9 bounds them), sorted.
 	skipped []uint64
-	// keys are the sticky keys of the offsets in resend and skipped.
-	keys map[uint64]string
+	// keys are the sticky keys of the offsets in resend and skipped;
+	// waiting counts them per key (see wait and unwait).
+	keys    map[uint64]string
+	waiting map[string]int
 	// holders says which consumer holds unacknowledged messages of a key.
 	holders map[string]*keyHold
 	// redelivered counts the deliveries after the first of unacknowledged
@@ -210,6 +212,7 @@ func New(cfg Config, readPos uint64) *Dispatcher {
 		readPos:     readPos,
 		pending:     map[uint64]held{},
 		keys:        map[uint64]string{},
+		waiting:     map[string]int{},
 		holders:     map[string]*keyHold{},
 		redelivered: map[uint64]uint32{},
 	}
@@ -310,8 +313,7 @@ func (d *Dispatcher) DetachAll() []ConsumerID {
 	d.consumers, d.current = nil, nil
 	clear(d.pending)
 	clear(d.holders)
-	clear(d.keys)
-	d.resend, d.skipped = nil, nil
+	d.forgetWaiting()
 	return ids
 }
 
@@ -390,12 +392,40 @@ func (d *Dispatcher) giveBack(off uint64, h held) {
 	d.unhold(off, h)
 	d.resend = append(d.resend, off)
 	if d.cfg.Mode == KeyShared {
-		d.keys[off] = h.key
+		d.wait(off, h.key)
 	}
 	if d.cfg.Durable {
 		d.redelivered[off]++
 		d.counted = append(d.counted, off)
 	}
+}
+
+// wait records the key of a message that waits in resend or skipped.
+func (d *Dispatcher) wait(off uint64, key string) {
+	if _, ok := d.keys[off]; ok {
+		return
+	}
+	d.keys[off] = key
+	d.waiting[key]++
+}
+
+// unwait forgets the key of a message that no longer waits.
+func (d *Dispatcher) unwait(off uint64) {
+	key, ok := d.keys[off]
+	if !ok {
+		return
+	}
+	delete(d.keys, off)
+	if d.waiting[key]--; d.waiting[key] <= 0 {
+		delete(d.waiting, key)
+	}
+}
+
+// forgetWaiting drops every waiting message.
+func (d *Dispatcher) forgetWaiting() {
+	clear(d.keys)
+	clear(d.waiting)
+	d.resend, d.skipped = nil, nil
 }
 
 func (d *Dispatcher) sortResend() {
@@ -426,7 +456,7 @@ func (d *Dispatcher) Wake() time.Time { return d.wake }
 // SeekReader moves a reader to an offset: a reader has no cursor to reset.
 func (d *Dispatcher) SeekReader(offset uint64) {
 	d.readPos = offset
-	d.resend = nil
+	d.forgetWaiting()
 	d.epoch++
 }
 
@@ -456,12 +486,11 @@ func (d *Dispatcher) rewind() {
 	d.readPos = next
 	clear(d.pending)
 	clear(d.holders)
-	clear(d.keys)
+	d.forgetWaiting()
 	clear(d.redelivered)
 	for o, n := range counts {
 		d.redelivered[o] = n
 	}
-	d.resend, d.skipped = nil, nil
 	for _, c := range d.consumers {
 		c.unacked, c.blocked = 0, false
 	}

@@ -56,6 +56,9 @@ type bench struct {
 	roles []RoleEvent
 	// onDeliver, when set, sees every delivery before it is recorded.
 	onDeliver func(c ConsumerID, off uint64)
+	// midPass, when set, runs between a pass's plan and its delivery,
+	// where the driver reads the log outside its lock.
+	midPass func()
 }
 
 // defaultLimits are the SEMANTICS defaults.
@@ -164,6 +167,9 @@ func (b *bench) pump() int {
 		in, trimmed := b.read(p)
 		if trimmed {
 			continue // the read position moved past what retention removed
+		}
+		if b.midPass != nil {
+			b.midPass() // what the driver's read lets in, outside the lock
 		}
 		dls, progress := b.d.Deliver(p, in, b.now)
 		b.take()

@@ -33,22 +33,23 @@ func (keySharedRules) plan(d *Dispatcher, now time.Time) Plan {
 	// Which of the waiting messages could go now: only those are read.
 	blocked := map[string]bool{}
 	left := maps.Clone(room)
-	for _, off := range d.again() {
+	d.eachWaiting(func(off uint64) bool {
 		if len(p.Again) >= total {
-			break
+			return false
 		}
 		key := d.keys[off]
 		if blocked[key] {
-			continue
+			return true
 		}
 		c := d.keyTarget(r, key, left)
 		if c == nil {
 			blocked[key] = true
-			continue
+			return true
 		}
 		left[c]--
 		p.Again = append(p.Again, off)
-	}
+		return true
+	})
 	if lookAhead := d.lookAheadLimit() - len(d.skipped); lookAhead > 0 {
 		p.Max = min(MaxFrame, lookAhead)
 	} else if len(p.Again) == 0 {
@@ -71,12 +72,14 @@ func (keySharedRules) deliver(d *Dispatcher, p Plan, in Read, now time.Time) ([]
 			progress = true
 			continue
 		}
-		if !k.send(m.Offset, key) {
+		// A key with older messages waiting waits too (KS-8).
+		if d.waiting[key] > 0 || !k.send(m.Offset, key) {
 			if len(d.skipped) >= limit {
 				break // look-ahead is full (KS-9)
 			}
+			k.blocked[key] = true
 			d.skipped = append(d.skipped, m.Offset)
-			d.keys[m.Offset] = key
+			d.wait(m.Offset, key)
 		}
 		d.readPos = m.Offset + 1
 		progress = true
@@ -96,22 +99,33 @@ type keyPass struct {
 
 // again delivers the waiting messages that were read, in offset order,
 // and drops those acked, held or trimmed meanwhile; it reports progress.
+// Only the waiting messages up to the last one read are looked at: those
+// after it were not read, and their keys wait through d.waiting.
 func (k *keyPass) again(in Read) bool {
 	d := k.d
 	read := make(map[uint64]bool, len(in.Again))
+	last, any := uint64(0), false
 	for _, m := range in.Again {
 		read[m.Offset] = true
+		last, any = max(last, m.Offset), true
 	}
 	gone := make(map[uint64]bool, len(in.Gone))
 	for _, o := range in.Gone {
 		gone[o] = true
+		last, any = max(last, o), true
+	}
+	if !any {
+		return false
 	}
 	var done []uint64
-	for _, off := range d.again() {
+	d.eachWaiting(func(off uint64) bool {
+		if off > last {
+			return false
+		}
 		key := d.keys[off]
 		if _, ok := d.pending[off]; ok || d.acked(off) {
 			done = append(done, off) // acked meanwhile
-			continue
+			return true
 		}
 		switch {
 		case gone[off]:
@@ -121,16 +135,17 @@ func (k *keyPass) again(in Read) bool {
 		case k.send(off, key):
 			done = append(done, off)
 		}
-	}
+		return true
+	})
 	if len(done) == 0 {
 		return false
 	}
-	slices.Sort(done)
+	// done is in offset order.
 	drop := func(o uint64) bool { _, ok := slices.BinarySearch(done, o); return ok }
 	d.resend = slices.DeleteFunc(d.resend, drop)
 	d.skipped = slices.DeleteFunc(d.skipped, drop)
 	for _, o := range done {
-		delete(d.keys, o)
+		d.unwait(o)
 	}
 	return true
 }
@@ -191,25 +206,28 @@ func (d *Dispatcher) lookAheadLimit() int {
 	return min(l.LookAheadPerConsumer*max(len(d.consumers), 1), l.LookAheadPerSubscription)
 }
 
-// again returns the offsets given back and read past (each list sorted)
-// merged in offset order, once each.
-func (d *Dispatcher) again() []uint64 {
-	all := make([]uint64, 0, len(d.resend)+len(d.skipped))
+// eachWaiting calls fn with the offsets given back and read past (each
+// list sorted), merged in offset order, once each, until fn returns
+// false.
+func (d *Dispatcher) eachWaiting(fn func(off uint64) bool) {
 	i, j := 0, 0
 	for i < len(d.resend) || j < len(d.skipped) {
+		var off uint64
 		switch {
 		case j == len(d.skipped) || i < len(d.resend) && d.resend[i] < d.skipped[j]:
-			all = append(all, d.resend[i])
+			off = d.resend[i]
 			i++
 		case i == len(d.resend) || d.skipped[j] < d.resend[i]:
-			all = append(all, d.skipped[j])
+			off = d.skipped[j]
 			j++
 		default:
-			all = append(all, d.resend[i])
+			off = d.resend[i]
 			i, j = i+1, j+1
 		}
+		if !fn(off) {
+			return
+		}
 	}
-	return all
 }
 
 // drainingKeys returns the keys held by a consumer that no longer owns

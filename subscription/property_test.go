@@ -52,6 +52,22 @@ func runProperty(t *testing.T, cfg Config, seed uint64) {
 	b.onDeliver = func(c ConsumerID, off uint64) { b.checkOrder(t, seed, c, off) }
 	names := []string{"a", "b", "c", "d"}
 	attached := map[string]bool{}
+	// Acks and permits also land while a pass reads the log.
+	b.midPass = func() {
+		name := names[r.IntN(len(names))]
+		if !attached[name] || r.IntN(3) != 0 {
+			return
+		}
+		if r.IntN(2) == 0 {
+			b.d.Flow(b.ids[name], int64(1+r.IntN(20)), 1000)
+			return
+		}
+		for _, o := range b.d.pendingOf(b.d.find(b.ids[name])) {
+			if r.IntN(2) == 0 {
+				b.ack(o)
+			}
+		}
+	}
 	for step := range 400 {
 		b.now = b.now.Add(time.Duration(r.IntN(80)) * time.Millisecond)
 		name := names[r.IntN(len(names))]
