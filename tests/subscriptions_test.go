@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -63,6 +65,28 @@ func eventually(ctx context.Context, t testing.TB, what string, cond func() bool
 	}
 }
 
+// stopped reports whether every thread of process pid is stopped by a
+// signal (state T in /proc).
+func stopped(t testing.TB, pid int) bool {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of process %d: %v", pid, err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			return false // a thread that just ended; look again
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
 // EX-1, EX-2 on three nodes: a second exclusive consumer is refused; a
 // holder whose process froze (SIGSTOP: its connection stays open, nothing
 // answers) is replaced by a newcomer within the probe timeout.
@@ -102,6 +126,9 @@ func TestClusterExclusive(t *testing.T) {
 	if err := frozen.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The stop takes effect when the kernel next schedules each thread:
+	// until then the process may still answer.
+	eventually(ctx, t, "the CLI consumer to stop", func() bool { return stopped(t, frozen.Process.Pid) })
 	start := time.Now()
 	newcomer, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "silent", Name: "newcomer"})
 	if err != nil {
