@@ -318,7 +318,6 @@ func TestBadInputLeavesNodeServing(t *testing.T) {
 // SIGTERM stops a node cleanly (status 0), and it comes back with its
 // messages.
 func TestGracefulStop(t *testing.T) {
-	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	dir := t.TempDir()
 	n := startNode(t, "n1", dir)
 	c := newClient(t, n.url())

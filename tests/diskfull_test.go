@@ -123,7 +123,6 @@ func readAs(ctx context.Context, t *testing.T, c *client.Client, stream, sub str
 // filler files are deleted, sends go through again without a restart, and
 // no node stopped or restarted on the way.
 func TestDiskFullRefusesSendsAndResumes(t *testing.T) {
-	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	const reserve, headroom = 16 << 20, 10 << 20
 	nodes, disks := startOnSmallDisks(t)
 	ctx := testContext(t, 4*time.Minute)
