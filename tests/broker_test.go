@@ -80,7 +80,6 @@ func TestHundredThousandMessages(t *testing.T) {
 // kill -9 and restart: every acknowledged message and every committed ack
 // is still there; nothing acked is delivered again.
 func TestKillRestart(t *testing.T) {
-	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	dir := t.TempDir()
 	n := startNode(t, "n1", dir)
 	c := newClient(t, n.url())

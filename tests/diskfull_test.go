@@ -328,7 +328,6 @@ func moveOnto(t *testing.T, dir string, size int64) *smallDisk {
 // leader whose own append fails answers its senders ServiceNotReady, and
 // their retries find the entry on the new leader, deduplicated.
 func TestReplicaOutOfSpaceCatchesUp(t *testing.T) {
-	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	t.Run("follower", func(t *testing.T) { testReplicaOutOfSpace(t, false) })
 	t.Run("leader", func(t *testing.T) { testReplicaOutOfSpace(t, true) })
 }
