@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -200,17 +201,12 @@ func DefaultClientLimits() ClientLimits {
 // withDefaults fills zero fields.
 func (l ClientLimits) withDefaults() ClientLimits {
 	d := DefaultClientLimits()
-	fill := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	fill(&l.MaxConnections, d.MaxConnections)
-	fill(&l.MaxConnectionsPerAddress, d.MaxConnectionsPerAddress)
-	fill(&l.MaxProducersPerConnection, d.MaxProducersPerConnection)
-	fill(&l.MaxConsumersPerConnection, d.MaxConsumersPerConnection)
-	fill(&l.MaxSubscriptionsPerPartition, d.MaxSubscriptionsPerPartition)
-	fill(&l.MaxQueuedBytesPerConnection, d.MaxQueuedBytesPerConnection)
+	l.MaxConnections = cmp.Or(l.MaxConnections, d.MaxConnections)
+	l.MaxConnectionsPerAddress = cmp.Or(l.MaxConnectionsPerAddress, d.MaxConnectionsPerAddress)
+	l.MaxProducersPerConnection = cmp.Or(l.MaxProducersPerConnection, d.MaxProducersPerConnection)
+	l.MaxConsumersPerConnection = cmp.Or(l.MaxConsumersPerConnection, d.MaxConsumersPerConnection)
+	l.MaxSubscriptionsPerPartition = cmp.Or(l.MaxSubscriptionsPerPartition, d.MaxSubscriptionsPerPartition)
+	l.MaxQueuedBytesPerConnection = cmp.Or(l.MaxQueuedBytesPerConnection, d.MaxQueuedBytesPerConnection)
 	return l
 }
 

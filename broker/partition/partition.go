@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,22 +140,13 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	fill := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	if c.MaxEntryBytes == 0 {
-		c.MaxEntryBytes = d.MaxEntryBytes
-	}
-	if c.MaxInflight == 0 {
-		c.MaxInflight = d.MaxInflight
-	}
-	fill(&c.ApplyTimeout, d.ApplyTimeout)
-	fill(&c.AckInterval, d.AckInterval)
-	fill(&c.ReconnectGrace, d.ReconnectGrace)
-	fill(&c.SweepInterval, d.SweepInterval)
-	fill(&c.RetentionInterval, d.RetentionInterval)
+	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, d.MaxEntryBytes)
+	c.MaxInflight = cmp.Or(c.MaxInflight, d.MaxInflight)
+	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
+	c.AckInterval = cmp.Or(c.AckInterval, d.AckInterval)
+	c.ReconnectGrace = cmp.Or(c.ReconnectGrace, d.ReconnectGrace)
+	c.SweepInterval = cmp.Or(c.SweepInterval, d.SweepInterval)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

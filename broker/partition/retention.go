@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
@@ -87,10 +89,7 @@ func (p *Partition) retainOnce(now time.Time) {
 	if d.AckBelow > 0 {
 		// What the dispatchers hold below it is acknowledged now.
 		p.mu.Lock()
-		ds := make([]*dispatcher, 0, len(p.dispatchers))
-		for _, dp := range p.dispatchers {
-			ds = append(ds, dp)
-		}
+		ds := slices.Collect(maps.Values(p.dispatchers))
 		p.mu.Unlock()
 		for _, dp := range ds {
 			dp.acked([]uint64{d.AckBelow - 1}, true)

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,15 +90,10 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	fill := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	fill(&c.MaxMessageBytes, d.MaxMessageBytes)
-	fill(&c.MaxProducers, d.MaxProducers)
-	fill(&c.MaxConsumers, d.MaxConsumers)
-	fill(&c.MaxQueuedBytes, d.MaxQueuedBytes)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
+	c.MaxProducers = cmp.Or(c.MaxProducers, d.MaxProducers)
+	c.MaxConsumers = cmp.Or(c.MaxConsumers, d.MaxConsumers)
+	c.MaxQueuedBytes = cmp.Or(c.MaxQueuedBytes, d.MaxQueuedBytes)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,18 +118,10 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.BootstrapExpect == 0 {
-		c.BootstrapExpect = d.BootstrapExpect
-	}
-	if c.ApplyTimeout == 0 {
-		c.ApplyTimeout = d.ApplyTimeout
-	}
-	if c.BalanceInterval == 0 {
-		c.BalanceInterval = d.BalanceInterval
-	}
-	if c.Group.ID == "" {
-		c.Group.ID = GroupID
-	}
+	c.BootstrapExpect = cmp.Or(c.BootstrapExpect, d.BootstrapExpect)
+	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
+	c.BalanceInterval = cmp.Or(c.BalanceInterval, d.BalanceInterval)
+	c.Group.ID = cmp.Or(c.Group.ID, GroupID)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
