@@ -416,38 +416,53 @@ func (l *Log) Read(offset uint64, maxMessages, maxBytes int) ([]Message, error) 
 		return nil, err
 	}
 	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].base > offset }) - 1
-	var out []Message
-	taken := 0
+	r := segmentRead{offset: offset, maxMessages: maxMessages, maxBytes: maxBytes, maxLen: l.cfg.MaxBatchBytes}
 	for ; i < len(l.segments); i++ {
-		s := l.segments[i]
-		br := newBatchReader(s, s.seek(offset), s.size, l.cfg.MaxBatchBytes)
-		for {
-			h, b, err := br.next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				var ce *CorruptError
-				if errors.As(err, &ce) {
-					ce.Offset = offset
-				}
-				return nil, err
-			}
-			if h.next() <= offset {
-				continue
-			}
-			n := len(out)
-			out, taken, err = decodeRecords(b, h, offset, maxMessages-len(out), maxBytes, taken, out)
-			if err != nil {
-				return nil, s.corrupt(br.pos-h.size(), offset, err.Error())
-			}
-			if len(out) == maxMessages || len(out)-n < int(h.next()-max(offset, h.baseOffset)) {
-				return out, nil
-			}
-			offset = h.next()
+		if done, err := r.from(l.segments[i]); done || err != nil {
+			return r.out, err
 		}
 	}
-	return out, nil
+	return r.out, nil
+}
+
+// segmentRead is one Read in progress over the segments it crosses.
+type segmentRead struct {
+	offset                uint64 // next offset wanted
+	maxMessages, maxBytes int
+	maxLen                int
+	out                   []Message
+	taken                 int // encoded bytes in out
+}
+
+// from reads segment s from r.offset on; done means the read is complete.
+func (r *segmentRead) from(s *segment) (done bool, err error) {
+	br := newBatchReader(s, s.seek(r.offset), s.size, r.maxLen)
+	defer br.close()
+	for {
+		h, b, err := br.next()
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				ce.Offset = r.offset
+			}
+			return true, err
+		}
+		if h.next() <= r.offset {
+			continue
+		}
+		n := len(r.out)
+		r.out, r.taken, err = decodeRecords(b, h, r.offset, r.maxMessages-len(r.out), r.maxBytes, r.taken, r.out)
+		if err != nil {
+			return true, s.corrupt(br.pos-h.size(), r.offset, err.Error())
+		}
+		if len(r.out) == r.maxMessages || len(r.out)-n < int(h.next()-max(r.offset, h.baseOffset)) {
+			return true, nil
+		}
+		r.offset = h.next()
+	}
 }
 
 func (l *Log) checkOffset(offset uint64) error {
@@ -475,30 +490,38 @@ func (l *Log) OffsetForTime(t int64) (uint64, error) {
 		if s.empty() || s.maxTime < t {
 			continue
 		}
-		br := newBatchReader(s, s.seekTime(t), s.size, l.cfg.MaxBatchBytes)
-		for {
-			h, b, err := br.next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return 0, err
-			}
-			if h.maxTime < t {
-				continue
-			}
-			msgs, _, err := decodeRecords(b, h, h.baseOffset, int(h.count), math.MaxInt, 0, nil)
-			if err != nil {
-				return 0, s.corrupt(br.pos-h.size(), h.baseOffset, err.Error())
-			}
-			for _, m := range msgs {
-				if m.PublishTime >= t {
-					return m.Offset, nil
-				}
-			}
+		if off, found, err := s.offsetForTime(t, l.cfg.MaxBatchBytes); found || err != nil {
+			return off, err
 		}
 	}
 	return l.active().next, nil
+}
+
+// offsetForTime is OffsetForTime within one segment.
+func (s *segment) offsetForTime(t int64, maxLen int) (off uint64, found bool, err error) {
+	br := newBatchReader(s, s.seekTime(t), s.size, maxLen)
+	defer br.close()
+	for {
+		h, b, err := br.next()
+		if err == io.EOF {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		if h.maxTime < t {
+			continue
+		}
+		msgs, _, err := decodeRecords(b, h, h.baseOffset, int(h.count), math.MaxInt, 0, nil)
+		if err != nil {
+			return 0, false, s.corrupt(br.pos-h.size(), h.baseOffset, err.Error())
+		}
+		for _, m := range msgs {
+			if m.PublishTime >= t {
+				return m.Offset, true, nil
+			}
+		}
+	}
 }
 
 // RetainResult says what Retain or TrimBefore deleted.

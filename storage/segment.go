@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,8 +18,6 @@ const (
 	segmentSuffix = ".log"
 	indexSuffix   = ".index"
 	tmpSuffix     = ".tmp"
-	// readBufferSize is the read-ahead of a sequential scan.
-	readBufferSize = 64 << 10
 )
 
 // indexEntry points at the start of a batch. maxTimeBefore is the largest
@@ -108,6 +105,7 @@ func (s *segment) reset() {
 func (s *segment) scan(fileSize int64, interval int64, maxLen int) (badPos int64, bad error, err error) {
 	s.reset()
 	br := newBatchReader(s, 0, fileSize, maxLen)
+	defer br.close()
 	br.reuse = true
 	for {
 		pos := br.pos
@@ -249,7 +247,7 @@ func (s *segment) seekTime(t int64) int64 {
 // batchReader reads whole batches of a segment from a position on.
 type batchReader struct {
 	s      *segment
-	r      *bufio.Reader
+	r      *readAhead
 	pos    int64
 	end    int64
 	maxLen int
@@ -262,12 +260,15 @@ type batchReader struct {
 func newBatchReader(s *segment, pos, end int64, maxLen int) *batchReader {
 	return &batchReader{
 		s:      s,
-		r:      bufio.NewReaderSize(io.NewSectionReader(s.f, pos, end-pos), readBufferSize),
+		r:      newReadAhead(s.f, pos, end),
 		pos:    pos,
 		end:    end,
 		maxLen: maxLen,
 	}
 }
+
+// close gives the reader's buffer back for other reads.
+func (br *batchReader) close() { br.r.release() }
 
 // next returns the next batch, freshly allocated, or io.EOF at end. A
 // damaged batch is a *CorruptError.
