@@ -80,6 +80,7 @@ func TestHundredThousandMessages(t *testing.T) {
 // kill -9 and restart: every acknowledged message and every committed ack
 // is still there; nothing acked is delivered again.
 func TestKillRestart(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	dir := t.TempDir()
 	n := startNode(t, "n1", dir)
 	c := newClient(t, n.url())
@@ -317,6 +318,7 @@ func TestBadInputLeavesNodeServing(t *testing.T) {
 // SIGTERM stops a node cleanly (status 0), and it comes back with its
 // messages.
 func TestGracefulStop(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	dir := t.TempDir()
 	n := startNode(t, "n1", dir)
 	c := newClient(t, n.url())
@@ -359,6 +361,8 @@ func TestGracefulStop(t *testing.T) {
 // its node is down.
 func freeAddr(t testing.TB) string {
 	t.Helper()
+	portMu.Lock()
+	defer portMu.Unlock()
 	for range 1000 {
 		port := 20000 + portRand.IntN(12000)
 		if handedOut[port] {
@@ -383,12 +387,15 @@ func freeAddr(t testing.TB) string {
 	return ""
 }
 
-// handedOut holds the ports freeAddr returned; tests run one at a time.
-var handedOut = map[int]bool{}
-
-// portRand spreads the ports tests pick; seeded by the process id so that
-// two test binaries running at once do not walk the same sequence.
-var portRand = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))
+var (
+	// portMu guards handedOut and portRand: parallel tests pick ports too.
+	portMu sync.Mutex
+	// handedOut holds the ports freeAddr returned.
+	handedOut = map[int]bool{}
+	// portRand spreads the ports tests pick; seeded by the process id so
+	// that two test binaries running at once do not walk the same sequence.
+	portRand = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))
+)
 
 // A producer and a consumer ride through kill -9 and restart of their node:
 // the client reconnects, resends in-flight messages with their sequence

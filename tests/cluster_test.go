@@ -339,6 +339,7 @@ func TestClusterRollingRestart(t *testing.T) {
 // serving, and after --replace-dead-after every partition is back to its
 // full replica count on live nodes.
 func TestClusterReplacesDeadNodes(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	nodes := startCluster(t, 5, "--replace-dead-after", "3s")
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/repair"
@@ -528,6 +529,7 @@ func TestClusterNodeMovesAddress(t *testing.T) {
 // the group has left behind) is never opened again and goes once the
 // group has removed the old member, and no acknowledged message is lost.
 func TestClusterReplicaGivenBack(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	nodes := startCluster(t, 4, "--replace-dead-after", "2s")
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/back"

@@ -123,6 +123,7 @@ func readAs(ctx context.Context, t *testing.T, c *client.Client, stream, sub str
 // filler files are deleted, sends go through again without a restart, and
 // no node stopped or restarted on the way.
 func TestDiskFullRefusesSendsAndResumes(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	const reserve, headroom = 16 << 20, 10 << 20
 	nodes, disks := startOnSmallDisks(t)
 	ctx := testContext(t, 4*time.Minute)
@@ -328,6 +329,7 @@ func moveOnto(t *testing.T, dir string, size int64) *smallDisk {
 // leader whose own append fails answers its senders ServiceNotReady, and
 // their retries find the entry on the new leader, deduplicated.
 func TestReplicaOutOfSpaceCatchesUp(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	t.Run("follower", func(t *testing.T) { testReplicaOutOfSpace(t, false) })
 	t.Run("leader", func(t *testing.T) { testReplicaOutOfSpace(t, true) })
 }

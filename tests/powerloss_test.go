@@ -23,6 +23,7 @@ import (
 // dropped, and the cluster, restarted on what is left, serves every
 // message it acknowledged at the offset it gave.
 func TestPowerLossKeepsAcknowledged(t *testing.T) {
+	t.Parallel() // mostly waiting on failure detection and restarts: see TestMain
 	root := t.TempDir()
 	const n = 3
 	disks := make([]string, n)
