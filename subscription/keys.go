@@ -77,7 +77,6 @@ func (keySharedRules) deliver(d *Dispatcher, p Plan, in Read, now time.Time) ([]
 			if len(d.skipped) >= limit {
 				break // look-ahead is full (KS-9)
 			}
-			k.blocked[key] = true
 			d.skipped = append(d.skipped, m.Offset)
 			d.wait(m.Offset, key)
 		}

@@ -131,10 +131,19 @@ func (s *Session) consumer(id uint64) *partition.Consumer {
 	return s.consumers[id]
 }
 
-func (s *Session) flow(c *transport.Flow) {
-	sc := s.consumer(c.ConsumerID)
+// known returns the consumer a request names, or answers ConsumerNotFound
+// and returns nil.
+func (s *Session) known(what string, id, requestID uint64) *partition.Consumer {
+	sc := s.consumer(id)
 	if sc == nil {
-		s.replyErr(0, wire.Errorf(transport.CodeConsumerNotFound, "flow for unknown consumer %d", c.ConsumerID))
+		s.replyErr(requestID, wire.Errorf(transport.CodeConsumerNotFound, "%s for unknown consumer %d", what, id))
+	}
+	return sc
+}
+
+func (s *Session) flow(c *transport.Flow) {
+	sc := s.known("flow", c.ConsumerID, 0)
+	if sc == nil {
 		return
 	}
 	if err := sc.Flow(c.Permits); err != nil {
@@ -143,9 +152,8 @@ func (s *Session) flow(c *transport.Flow) {
 }
 
 func (s *Session) ack(c *transport.Ack) {
-	sc := s.consumer(c.ConsumerID)
+	sc := s.known("ack", c.ConsumerID, c.RequestID)
 	if sc == nil {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "ack for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	if len(c.Offsets) == 0 || len(c.Offsets) > maxAckOffsets {
@@ -175,9 +183,8 @@ func (s *Session) redeliver(id uint64, offsets []uint64) {
 }
 
 func (s *Session) seek(c *transport.Seek) {
-	sc := s.consumer(c.ConsumerID)
+	sc := s.known("seek", c.ConsumerID, c.RequestID)
 	if sc == nil {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "seek for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
@@ -196,9 +203,8 @@ func (s *Session) seek(c *transport.Seek) {
 }
 
 func (s *Session) unsubscribe(c *transport.Unsubscribe) {
-	sc := s.consumer(c.ConsumerID)
+	sc := s.known("unsubscribe", c.ConsumerID, c.RequestID)
 	if sc == nil {
-		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "unsubscribe for unknown consumer %d", c.ConsumerID))
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
