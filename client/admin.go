@@ -68,15 +68,16 @@ func WithRetention(p RetentionPolicy) StreamOption {
 // CreateStream creates a stream with partitions partitions, each
 // replicated on replicas nodes.
 func (c *Client) CreateStream(ctx context.Context, stream string, partitions, replicas int, opts ...StreamOption) error {
-	if _, err := geofabric.ParseStream(stream); err != nil {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
 		return err
 	}
 	var o transport.CreateStream
 	for _, opt := range opts {
 		opt(&o)
 	}
-	_, err := c.admin(ctx, func(id uint64) transport.Command {
-		return &transport.CreateStream{RequestID: id, Stream: stream, Partitions: int32(partitions), Replicas: int32(replicas), Retention: o.Retention}
+	_, err = c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.CreateStream{RequestID: id, Stream: st.String(), Partitions: int32(partitions), Replicas: int32(replicas), Retention: o.Retention}
 	})
 	return err
 }
@@ -85,11 +86,12 @@ func (c *Client) CreateStream(ctx context.Context, stream string, partitions, re
 // apply it at their next retention pass; a policy that keeps less deletes
 // the segments it no longer keeps then.
 func (c *Client) SetRetention(ctx context.Context, stream string, p RetentionPolicy) error {
-	if _, err := geofabric.ParseStream(stream); err != nil {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
 		return err
 	}
-	_, err := c.admin(ctx, func(id uint64) transport.Command {
-		return &transport.SetRetention{RequestID: id, Stream: stream, Retention: p}
+	_, err = c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.SetRetention{RequestID: id, Stream: st.String(), Retention: p}
 	})
 	return err
 }
@@ -97,11 +99,12 @@ func (c *Client) SetRetention(ctx context.Context, stream string, p RetentionPol
 // DeleteStream deletes a stream and its data; without force it is refused
 // while producers or consumers are attached.
 func (c *Client) DeleteStream(ctx context.Context, stream string, force bool) error {
-	if _, err := geofabric.ParseStream(stream); err != nil {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
 		return err
 	}
-	_, err := c.admin(ctx, func(id uint64) transport.Command {
-		return &transport.DeleteStream{RequestID: id, Stream: stream, Force: force}
+	_, err = c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.DeleteStream{RequestID: id, Stream: st.String(), Force: force}
 	})
 	return err
 }
@@ -136,7 +139,7 @@ func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo,
 	st, _ := geofabric.ParseStream(info.Stream)
 	for i := range info.Partitions {
 		pi := &info.Partitions[i]
-		if p, ok := c.describeAtLeader(ctx, st.Partition(int(pi.Partition), len(info.Partitions)).String(), stream, pi.Partition); ok {
+		if p, ok := c.describeAtLeader(ctx, st.Partition(int(pi.Partition), len(info.Partitions)).String(), st.String(), pi.Partition); ok {
 			*pi = p
 		}
 	}
@@ -148,11 +151,12 @@ func (c *Client) DescribeStream(ctx context.Context, stream string) (StreamInfo,
 // roles that node knows (only a leader knows them). It tells whether that
 // node's copies have caught up.
 func (c *Client) DescribeStreamLocal(ctx context.Context, stream string) (StreamInfo, error) {
-	if _, err := geofabric.ParseStream(stream); err != nil {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
 		return StreamInfo{}, err
 	}
 	res, err := c.admin(ctx, func(id uint64) transport.Command {
-		return &transport.DescribeStream{RequestID: id, Stream: stream}
+		return &transport.DescribeStream{RequestID: id, Stream: st.String()}
 	})
 	if err != nil {
 		return StreamInfo{}, err

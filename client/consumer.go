@@ -48,7 +48,7 @@ const (
 
 // ConsumerOptions configures a consumer; zero fields take their defaults.
 type ConsumerOptions struct {
-	// Stream is the full stream name.
+	// Stream is the stream, named as in ProducerOptions.Stream.
 	Stream string
 	// Subscription names the subscription; required.
 	Subscription string

@@ -15,7 +15,8 @@ import (
 
 // ProducerOptions configures a producer; zero fields take their defaults.
 type ProducerOptions struct {
-	// Stream is the full stream name, persistent://TENANT/FABRIC/STREAM.
+	// Stream is the stream: persistent://TENANT/FABRIC/STREAM, the same
+	// without the scheme, or a short name of public/default ("orders").
 	Stream string
 	// Name is the producer's name, the key of the broker's
 	// deduplication. Default: a generated unique name.

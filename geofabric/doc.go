@@ -1,7 +1,10 @@
 // Package geofabric owns the names of fabriq: tenants, fabrics (a tenant's
 // geofabric, its set of regions), streams and their partitions.
 //
-// A stream is named persistent://TENANT/FABRIC/STREAM. A stream with one
+// A stream is named persistent://TENANT/FABRIC/STREAM; TENANT/FABRIC/STREAM
+// names it too, and a short name STREAM is a stream of public/default
+// (DefaultTenant, DefaultFabric), as in Pulsar. Parsed names always print
+// in full form, which is the only form stored or compared. A stream with one
 // partition is unpartitioned: its only partition has the stream's own name.
 // A stream with N > 1 partitions has partitions STREAM-partition-0 …
 // STREAM-partition-(N-1), so a stream's own name never ends in

@@ -12,6 +12,14 @@ import (
 // Scheme is the only stream domain fabriq has: every stream is persistent.
 const Scheme = "persistent://"
 
+// DefaultTenant and DefaultFabric hold the streams named by a short name:
+// "orders" is persistent://public/default/orders, as in Pulsar. Every
+// cluster has them from the start.
+const (
+	DefaultTenant = "public"
+	DefaultFabric = "default"
+)
+
 const (
 	// MaxPartitions is the most partitions a stream may have.
 	MaxPartitions = 1024
@@ -134,19 +142,15 @@ func CheckClientName(what, name string) error {
 	return nil
 }
 
-// ParseStream parses persistent://TENANT/FABRIC/STREAM. A name that names a
-// partition (ends in -partition-K) is refused: use ParsePartition.
+// ParseStream parses a stream name: persistent://TENANT/FABRIC/STREAM,
+// TENANT/FABRIC/STREAM (the scheme is implied) or STREAM alone (a stream
+// of DefaultTenant/DefaultFabric). String gives the full form back. A
+// name that names a partition (ends in -partition-K) is refused: use
+// ParsePartition.
 func ParseStream(s string) (Stream, error) {
-	if err := checkName(s); err != nil {
+	parts, err := splitName(s)
+	if err != nil {
 		return Stream{}, err
-	}
-	rest, ok := strings.CutPrefix(s, Scheme)
-	if !ok {
-		return Stream{}, nameError(s, "a stream name starts with "+Scheme)
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 {
-		return Stream{}, nameError(s, "a stream name is "+Scheme+"TENANT/FABRIC/STREAM")
 	}
 	n := Stream{Tenant: parts[0], Fabric: parts[1], Name: parts[2]}
 	for _, c := range []struct{ what, seg string }{{"tenant", n.Tenant}, {"fabric", n.Fabric}, {"stream", n.Name}} {
@@ -158,6 +162,26 @@ func ParseStream(s string) (Stream, error) {
 		return Stream{}, nameError(s, "a stream name may not end in "+partitionSep+"N: that names a partition")
 	}
 	return n, nil
+}
+
+// splitName splits a stream or partition name in any of its three forms
+// into tenant, fabric and the rest, unchecked.
+func splitName(s string) ([]string, error) {
+	if err := checkName(s); err != nil {
+		return nil, err
+	}
+	rest, full := strings.CutPrefix(s, Scheme)
+	if !full && strings.Contains(s, "://") {
+		return nil, nameError(s, "every fabriq stream is "+Scheme+"TENANT/FABRIC/STREAM (or TENANT/FABRIC/STREAM, or a short STREAM name)")
+	}
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 3:
+		return parts, nil
+	case len(parts) == 1 && !full:
+		return []string{DefaultTenant, DefaultFabric, s}, nil
+	}
+	return nil, nameError(s, "a stream name is "+Scheme+"TENANT/FABRIC/STREAM, TENANT/FABRIC/STREAM or a short STREAM name")
 }
 
 // splitPartition splits NAME-partition-K.
@@ -174,33 +198,29 @@ func splitPartition(name string) (string, int, bool) {
 	return name[:i], k, true
 }
 
-// ParsePartition parses a partition name: a stream name, or a stream name
-// followed by -partition-K.
+// ParsePartition parses a partition name: a stream name in any of
+// ParseStream's forms, or one followed by -partition-K.
 func ParsePartition(s string) (Partition, error) {
-	if err := checkName(s); err != nil {
-		return Partition{}, err
-	}
-	rest, ok := strings.CutPrefix(s, Scheme)
-	if ok {
-		parts := strings.Split(rest, "/")
-		if len(parts) == 3 {
-			if base, k, ok := splitPartition(parts[2]); ok {
-				st, err := ParseStream(Scheme + parts[0] + "/" + parts[1] + "/" + base)
-				if err != nil {
-					return Partition{}, err
-				}
-				if k >= MaxPartitions {
-					return Partition{}, nameError(s, fmt.Sprintf("partition index %d is not below %d", k, MaxPartitions))
-				}
-				return Partition{Stream: st, Index: k}, nil
-			}
-		}
-	}
-	st, err := ParseStream(s)
+	parts, err := splitName(s)
 	if err != nil {
 		return Partition{}, err
 	}
-	return Partition{Stream: st, Index: -1}, nil
+	base, k, ok := splitPartition(parts[2])
+	if !ok {
+		st, err := ParseStream(s)
+		if err != nil {
+			return Partition{}, err
+		}
+		return Partition{Stream: st, Index: -1}, nil
+	}
+	st, err := ParseStream(Scheme + parts[0] + "/" + parts[1] + "/" + base)
+	if err != nil {
+		return Partition{}, err
+	}
+	if k >= MaxPartitions {
+		return Partition{}, nameError(s, fmt.Sprintf("partition index %d is not below %d", k, MaxPartitions))
+	}
+	return Partition{Stream: st, Index: k}, nil
 }
 
 // ParseFabric parses TENANT/FABRIC, with or without the scheme.

@@ -29,7 +29,7 @@ func TestParseStream(t *testing.T) {
 		})
 	}
 	bad := []string{
-		"", "acme/prod/orders", "non-persistent://a/b/c", "persistent://a/b", "persistent://a/b/c/d",
+		"", "acme/prod", "a/b/c/d", "/orders", "orders/", "non-persistent://a/b/c", "persistent://orders", "http://orders", "persistent://a/b", "persistent://a/b/c/d",
 		"persistent:///b/c", "persistent://a//c", "persistent://a/b/", "persistent://a/b/c d",
 		"persistent://a/b/ü", "persistent://a/b/s-partition-0", "persistent://a/b/s-partition-12",
 	}
@@ -39,6 +39,35 @@ func TestParseStream(t *testing.T) {
 				t.Fatalf("ParseStream(%q) err = %v, want ErrInvalidName", in, err)
 			}
 		})
+	}
+}
+
+// A short name is a stream of public/default, a name without the scheme
+// has it implied, and both come back in full form.
+func TestShortNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"orders":                "persistent://public/default/orders",
+		"acme/prod/orders":      "persistent://acme/prod/orders",
+		"public/default/orders": "persistent://public/default/orders",
+		"orders-partition-x":    "persistent://public/default/orders-partition-x",
+	} {
+		st, err := ParseStream(in)
+		if err != nil || st.String() != want {
+			t.Errorf("ParseStream(%q) = %q, %v; want %q", in, st.String(), err, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"orders":                       "persistent://public/default/orders",
+		"orders-partition-3":           "persistent://public/default/orders-partition-3",
+		"acme/prod/orders-partition-0": "persistent://acme/prod/orders-partition-0",
+	} {
+		p, err := ParsePartition(in)
+		if err != nil || p.String() != want {
+			t.Errorf("ParsePartition(%q) = %q, %v; want %q", in, p.String(), err, want)
+		}
+	}
+	if _, err := ParseStream("orders-partition-3"); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("a short partition name is not a stream: %v", err)
 	}
 }
 
@@ -63,7 +92,7 @@ func TestPartitionNames(t *testing.T) {
 	if err != nil || p.Index != -1 || p.Number() != 0 {
 		t.Fatalf("unpartitioned: %+v %v", p, err)
 	}
-	for _, in := range []string{"persistent://t/f/s-partition-1024", "persistent://t//s-partition-1", "x"} {
+	for _, in := range []string{"persistent://t/f/s-partition-1024", "persistent://t//s-partition-1", "x/y", "persistent://x"} {
 		if _, err := ParsePartition(in); err == nil {
 			t.Errorf("ParsePartition(%q) accepted", in)
 		}

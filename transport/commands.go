@@ -85,7 +85,7 @@ type Pong struct{}
 // Lookup asks which node leads a stream partition.
 type Lookup struct {
 	RequestID uint64 `msgpack:"r"`
-	Stream    string `msgpack:"s"` // a partition's full name
+	Stream    string `msgpack:"s"` // a partition, in any form geofabric.ParsePartition reads
 }
 
 // LookupResult answers Lookup: Here when the node asked is the leader,

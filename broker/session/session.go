@@ -546,6 +546,7 @@ func (s *Session) cleanup() {
 }
 
 func (s *Session) handle(cmd transport.Command) {
+	fullNames(cmd)
 	switch c := cmd.(type) {
 	case *transport.Ping:
 		s.reply(&transport.Pong{})

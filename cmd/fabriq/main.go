@@ -71,8 +71,11 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Short: "fabriq is the command-line client of a fabriq stream broker",
 		Long: `fabriq is the command-line client of a fabriq stream broker.
 
-Streams are named persistent://TENANT/FABRIC/STREAM. --url (or FABRIQ_URL)
-names one or more nodes; any node routes a request to the right leader.`,
+Streams are named persistent://TENANT/FABRIC/STREAM; TENANT/FABRIC/STREAM
+means the same, and a short name such as orders is a stream of the
+public/default fabric (persistent://public/default/orders). --url (or
+FABRIQ_URL) names one or more nodes; any node routes a request to the
+right leader.`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
