@@ -11,13 +11,13 @@ import (
 )
 
 // Log is what applying entries does to the partition's log: append a
-// committed batch, unless the log already holds the entry (a replay after
-// a restart: LastRaftIndex), and delete segments wholly below the
-// replicated start. *storage.Log satisfies it. Nothing else of the log is
-// read while applying: where the local log starts, or how its segments
-// fall, never changes the state.
+// committed batch, unless the log already holds the entry's messages (a
+// replay after a restart: NextOffset is past them), and delete segments
+// wholly below the replicated start. *storage.Log satisfies it. Nothing
+// else of the log is read while applying, and what is read decides what
+// is written, never the state.
 type Log interface {
-	LastRaftIndex() uint64
+	NextOffset() uint64
 	Append(raftIndex uint64, msgs []storage.Message) (uint64, error)
 	TrimBefore(start uint64) (storage.RetainResult, error)
 }
@@ -109,11 +109,22 @@ func applySend(s *state, log Log, index uint64, e Send) ([]SendResult, error) {
 }
 
 // appendOnce appends an entry's messages to the log, unless the log holds
-// the entry already: a replay after a restart, whose offsets come out the
-// same. When the log cannot take them, the producers' states are put back
-// as they were (before) and the error wraps errAppend.
+// them already: a replay after a restart, whose offsets come out the
+// same. Whether it does is told by offsets, not Raft indexes: the log only
+// ever holds committed messages, in order, so it holds (or has trimmed)
+// every message below its next offset. A log trimmed down to an active
+// segment that then lost its unsynced batches (a power loss) knows no
+// Raft index of its own, and still knows where it ends. When the log
+// cannot take the messages, the producers' states are put back as they
+// were (before) and the error wraps errAppend.
 func appendOnce(s *state, log Log, index uint64, msgs []storage.Message, before map[string]*producer) error {
-	if len(msgs) == 0 || index <= log.LastRaftIndex() {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if held := log.NextOffset(); s.Next < held {
+		if end := s.Next + uint64(len(msgs)); end > held {
+			return fmt.Errorf("the log ends at offset %d, inside the entry's messages %d..%d", held, s.Next, end-1)
+		}
 		return nil
 	}
 	off, err := log.Append(index, msgs)
