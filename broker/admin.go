@@ -26,12 +26,15 @@ func (h sessionNode) LocalLeader(name string) (*partition.Partition, error) {
 
 func (h sessionNode) Lookup(name string) (*transport.LookupResult, error) { return h.n.lookup(name) }
 
-func (h sessionNode) Partitions(stream string) (int, error) {
+func (h sessionNode) Partitions(ctx context.Context, stream string) (int, error) {
 	_, sm, err := h.n.stream(stream)
+	if err != nil && transport.CodeOf(err) == transport.CodeStreamNotFound && !h.n.cfg.NoAutoCreate {
+		sm, err = h.n.autoCreate(ctx, stream)
+	}
 	return sm.Partitions, err
 }
 
-func (h sessionNode) CreateStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
+func (h sessionNode) CreateStream(ctx context.Context, name string, partitions, replicas int, retention *transport.RetentionPolicy) error {
 	return h.n.createStream(ctx, name, partitions, replicas, retention)
 }
 
@@ -130,7 +133,7 @@ func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 
 // createStream records a stream with its retention policy in the metadata
 // group and waits until its partitions on this node have leaders.
-func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention transport.RetentionPolicy) error {
+func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention *transport.RetentionPolicy) error {
 	st, err := geofabric.ParseStream(name)
 	if err != nil {
 		return wire.Errorf(transport.CodeInvalidName, "%v", err)
@@ -138,10 +141,14 @@ func (n *Node) createStream(ctx context.Context, name string, partitions, replic
 	if !n.control.IsLeader() {
 		return n.metaNotLeader(n.control.Leader())
 	}
-	if err := validRetention(retention); err != nil {
-		return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
+	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas}
+	if retention != nil {
+		if err := validRetention(*retention); err != nil {
+			return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
+		}
+		r := retentionFromWire(*retention)
+		spec.Retention = &r
 	}
-	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas, Retention: retentionFromWire(retention)}
 	placement, err := n.control.CreateStream(ctx, spec)
 	if err != nil {
 		return n.metaError(err)

@@ -59,6 +59,14 @@ type Config struct {
 	// metadata leader moves its replicas to live nodes. Default 5m;
 	// negative never moves them.
 	ReplaceDeadAfter time.Duration
+	// NoAutoCreate refuses a produce or subscribe to a missing stream
+	// (StreamNotFound); by default the stream is created on that first
+	// use, with its fabric's defaults, as in Pulsar and Kafka.
+	NoAutoCreate bool
+	// AutoCreateFabrics creates the tenant and fabric of a stream created
+	// (explicitly or on first use) in a fabric that does not exist;
+	// without it only the tenant public gets new fabrics that way.
+	AutoCreateFabrics bool
 	// BootstrapExpect is how many nodes bootstrap the metadata group
 	// together. Default 1: a lone node bootstraps itself.
 	BootstrapExpect int

@@ -157,7 +157,7 @@ func TestDiskFullRefusesTheProducersLaterSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	const stream = "persistent://acme/prod/refused"
+	const stream = "persistent://public/default/refused"
 	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -7,36 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabriq-io/fabriq/broker"
 	"github.com/fabriq-io/fabriq/client"
 	"github.com/fabriq-io/fabriq/subscription"
 	"github.com/fabriq-io/fabriq/tests/checker"
 	"github.com/fabriq-io/fabriq/transport"
 )
-
-// startNodeWith runs a one-node cluster with a configuration tweak.
-func startNodeWith(t *testing.T, dir string, tweak func(*broker.Config)) *broker.Node {
-	t.Helper()
-	cfg := broker.Config{
-		NodeID:     "n1",
-		DataDir:    dir,
-		ClientAddr: "127.0.0.1:0",
-		RaftAddr:   "127.0.0.1:0",
-		Raft:       broker.RaftTimings{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond},
-	}
-	tweak(&cfg)
-	n, err := broker.NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
-}
 
 // produceKeys sends perKey messages for each of keys, round robin over the
 // keys, payload "KEY SEQ".
@@ -70,7 +45,7 @@ func TestKeySharedSpreadsKeysInOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/keys"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	l := checker.NewKeyHistory()
@@ -127,7 +102,7 @@ func TestKeySharedJoinerWaitsForAcks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/joiner"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	keys := checker.Keys(300)

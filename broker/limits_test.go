@@ -105,7 +105,7 @@ func TestConnectionsPerAddressLimit(t *testing.T) {
 		}
 	}
 	// The others were not disturbed.
-	if res := request(ctx, t, held[1], &transport.ListStreams{RequestID: 1, Fabric: "acme/prod"}); fmt.Sprintf("%T", res) != "*transport.ListStreamsResult" {
+	if res := request(ctx, t, held[1], &transport.ListStreams{RequestID: 1, Fabric: "public/default"}); fmt.Sprintf("%T", res) != "*transport.ListStreamsResult" {
 		t.Fatalf("a connection within the limit answered %#v", res)
 	}
 }
@@ -135,7 +135,7 @@ func TestProducersAndConsumersPerConnectionLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const stream = "persistent://acme/prod/limits"
+	const stream = "persistent://public/default/limits"
 	if res := request(ctx, t, c, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 3, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
 		t.Fatalf("create stream: %#v", res)
 	}
@@ -184,7 +184,7 @@ func TestSubscriptionsPerPartitionLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const stream = "persistent://acme/prod/subs"
+	const stream = "persistent://public/default/subs"
 	if res := request(ctx, t, c, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 1, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
 		t.Fatalf("create stream: %#v", res)
 	}
@@ -214,7 +214,7 @@ func TestConsumerLimitCountsAnsweredSubscribes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const stream = "persistent://acme/prod/limit-rounds"
+	const stream = "persistent://public/default/limit-rounds"
 	if res := request(ctx, t, c, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 1, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
 		t.Fatalf("create stream: %#v", res)
 	}

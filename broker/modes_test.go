@@ -18,7 +18,7 @@ import (
 
 func createStream(ctx context.Context, t *testing.T, c *client.Client, stream string, partitions int) {
 	t.Helper()
-	if err := c.CreateStream(ctx, stream, partitions, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 }

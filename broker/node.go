@@ -174,6 +174,7 @@ func (n *Node) Start(ctx context.Context) error {
 			Meta: cluster.NodeMeta{
 				ID: n.cfg.NodeID, Region: n.cfg.Region, ClientAddr: n.cfg.AdvertiseClientAddr,
 				RaftAddr: n.cfg.AdvertiseRaftAddr, HTTPAddr: n.cfg.HTTPAddr, Version: n.cfg.Version,
+				Catalog: meta.CatalogFormat,
 			},
 			Logger: n.logger,
 		}, n.partitionEpoch)
@@ -224,17 +225,18 @@ func (n *Node) startControl(ctx context.Context) error {
 	n.rpc = cluster.NewRPCServer(n.mux, n.logger)
 	n.rpcClient = cluster.NewRPCClient()
 	cfg := meta.Config{
-		Self:             meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region},
-		Group:            n.groupConfig(meta.GroupID, filepath.Join(n.cfg.DataDir, "meta"), nil, nil),
-		BootstrapExpect:  n.cfg.BootstrapExpect,
-		ReplaceDeadAfter: n.cfg.ReplaceDeadAfter,
-		ApplyTimeout:     applyTimeout,
-		Host:             host{n},
-		RPC:              n.rpc,
-		Client:           n.rpcClient,
-		Protocol:         n.mux.Protocol,
-		LegacyIndex:      n.legacyIndex,
-		Logger:           n.logger,
+		Self:              meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region},
+		Group:             n.groupConfig(meta.GroupID, filepath.Join(n.cfg.DataDir, "meta"), nil, nil),
+		BootstrapExpect:   n.cfg.BootstrapExpect,
+		ReplaceDeadAfter:  n.cfg.ReplaceDeadAfter,
+		AutoCreateFabrics: n.cfg.AutoCreateFabrics,
+		ApplyTimeout:      applyTimeout,
+		Host:              host{n},
+		RPC:               n.rpc,
+		Client:            n.rpcClient,
+		Protocol:          n.mux.Protocol,
+		LegacyIndex:       n.legacyIndex,
+		Logger:            n.logger,
 	}
 	if n.gossip != nil {
 		cfg.Gossip = n.gossip

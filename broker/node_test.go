@@ -11,19 +11,30 @@ import (
 
 	"github.com/fabriq-io/fabriq/broker"
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
 // startNode runs a one-node cluster on loopback ports the OS picks.
 func startNode(t *testing.T, dir string) *broker.Node {
 	t.Helper()
-	n, err := broker.NewNode(broker.Config{
+	return startNodeWith(t, dir, nil)
+}
+
+// startNodeWith is startNode with mod applied to the configuration.
+func startNodeWith(t *testing.T, dir string, mod func(*broker.Config)) *broker.Node {
+	t.Helper()
+	cfg := broker.Config{
 		NodeID:     "n1",
 		DataDir:    dir,
 		ClientAddr: "127.0.0.1:0",
 		RaftAddr:   "127.0.0.1:0",
 		Raft:       broker.RaftTimings{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond},
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := broker.NewNode(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,10 +65,10 @@ func TestProduceConsume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/orders"
-	if err := c.CreateStream(ctx, stream, 4, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 4, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CreateStream(ctx, stream, 4, 1); transport.CodeOf(err) != transport.CodeStreamExists {
+	if err := createInFabric(ctx, c, stream, 4, 1); transport.CodeOf(err) != transport.CodeStreamExists {
 		t.Fatalf("second create: %v", err)
 	}
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", SubscriptionInitialPosition: client.Earliest})
@@ -119,7 +130,7 @@ func TestRestartKeepsMessagesAndAcks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/restart"
-	if err := c.CreateStream(ctx, stream, 2, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	// A named consumer: after the restart the same one comes back (a
@@ -200,7 +211,7 @@ func TestReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/read"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
@@ -253,7 +264,7 @@ func TestKeyBasedBatching(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/keyed"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s"})
@@ -304,7 +315,7 @@ func TestSharedSubscription(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/shared"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	var consumers []*client.Consumer
@@ -392,7 +403,7 @@ func TestFailoverSubscription(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/failover"
-	if err := c.CreateStream(ctx, stream, 4, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 4, 1); err != nil {
 		t.Fatal(err)
 	}
 	cons := map[string]*client.Consumer{}
@@ -460,7 +471,7 @@ func TestExclusiveReplacesSilentHolder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/silent"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := net.Dial("tcp", n.Addr())
@@ -513,7 +524,7 @@ func TestNackRedelivery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const stream = "persistent://acme/prod/nack"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createInFabric(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Type: client.Shared, NackRedeliveryDelay: 200 * time.Millisecond})
@@ -547,4 +558,19 @@ func TestNackRedelivery(t *testing.T) {
 	if err := cons.Ack(ctx, m); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// createInFabric creates a stream, and its tenant and fabric first when
+// they are missing, as an operator does once per fabric.
+func createInFabric(ctx context.Context, c *client.Client, stream string, partitions, replicas int, opts ...client.StreamOption) error {
+	st, err := geofabric.ParseStream(stream)
+	if err == nil {
+		if err := c.CreateTenant(ctx, st.Tenant); err != nil && transport.CodeOf(err) != transport.CodeTenantExists {
+			return err
+		}
+		if err := c.CreateFabric(ctx, st.FabricName(), client.FabricOptions{}); err != nil && transport.CodeOf(err) != transport.CodeFabricExists {
+			return err
+		}
+	}
+	return c.CreateStream(ctx, stream, partitions, replicas, opts...)
 }

@@ -26,7 +26,7 @@ func TestSlowRequestsDoNotStallConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const stream = "persistent://acme/prod/waits"
+	const stream = "persistent://public/default/waits"
 	part := func(i int) string { return fmt.Sprintf("%s-partition-%d", stream, i) }
 	if res := request(ctx, t, busy, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 4, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
 		t.Fatalf("create stream: %#v", res)
@@ -63,7 +63,7 @@ func TestSlowRequestsDoNotStallConnection(t *testing.T) {
 		cmds = append(cmds, &transport.Send{ProducerID: 1, Messages: []transport.MessageData{{SequenceID: uint64(i), Payload: make([]byte, 4<<20)}}})
 	}
 	cmds = append(cmds,
-		&transport.ListStreams{RequestID: 20, Fabric: "acme/prod"},
+		&transport.ListStreams{RequestID: 20, Fabric: "public/default"},
 		&transport.Subscribe{RequestID: 21, ConsumerID: 9, Stream: part(0), Subscription: "other", Mode: transport.Shared},
 	)
 	for _, cmd := range cmds {

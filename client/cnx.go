@@ -207,6 +207,34 @@ func requestIDOf(cmd transport.Command) uint64 {
 	case *transport.ClusterStatusResult:
 		return c.RequestID
 	}
+	return tenancyRequestID(cmd)
+}
+
+// tenancyRequestID is requestIDOf for the commands about tenants and
+// fabrics.
+func tenancyRequestID(cmd transport.Command) uint64 {
+	switch c := cmd.(type) {
+	case *transport.CreateTenant:
+		return c.RequestID
+	case *transport.DeleteTenant:
+		return c.RequestID
+	case *transport.ListTenants:
+		return c.RequestID
+	case *transport.ListTenantsResult:
+		return c.RequestID
+	case *transport.CreateFabric:
+		return c.RequestID
+	case *transport.DeleteFabric:
+		return c.RequestID
+	case *transport.ListFabrics:
+		return c.RequestID
+	case *transport.ListFabricsResult:
+		return c.RequestID
+	case *transport.DescribeFabric:
+		return c.RequestID
+	case *transport.DescribeFabricResult:
+		return c.RequestID
+	}
 	return 0
 }
 

@@ -30,6 +30,11 @@ type NodeMeta struct {
 	// RaftProtocol): a Membership advertises this version's, and reads
 	// ProtocolGroups from nodes that advertise none (older versions).
 	RaftProtocol int
+	// Catalog is the newest metadata catalog format the node applies
+	// (meta.CatalogFormat); 0 from nodes that advertise none (older
+	// versions). The metadata leader writes entries of a newer format only
+	// once every node reads it.
+	Catalog int
 }
 
 // metaWire is NodeMeta in memberlist's node metadata: a msgpack map with
@@ -45,6 +50,7 @@ type metaWire struct {
 	Version    string `msgpack:"v,omitempty"`
 	Instance   uint64 `msgpack:"i,omitempty"`
 	Protocol   int    `msgpack:"p,omitempty"`
+	Catalog    int    `msgpack:"m,omitempty"`
 }
 
 func encodeMeta(m NodeMeta, instance uint64) ([]byte, error) {
@@ -56,6 +62,7 @@ func encodeMeta(m NodeMeta, instance uint64) ([]byte, error) {
 		Version:    m.Version,
 		Instance:   instance,
 		Protocol:   RaftProtocol,
+		Catalog:    m.Catalog,
 	})
 }
 
@@ -71,6 +78,7 @@ func decodeMeta(id string, b []byte) (NodeMeta, uint64, error) {
 	}
 	m.Region, m.ClientAddr, m.RaftAddr, m.HTTPAddr, m.Version = w.Region, w.ClientAddr, w.RaftAddr, w.HTTPAddr, w.Version
 	m.RaftProtocol = max(w.Protocol, ProtocolGroups)
+	m.Catalog = w.Catalog
 	return m, w.Instance, nil
 }
 

@@ -242,6 +242,22 @@ func ParseFabric(s string) (tenant, fabric string, err error) {
 	return parts[0], parts[1], nil
 }
 
+// ParseTenant checks a tenant's name.
+func ParseTenant(s string) (string, error) {
+	if err := checkName(s); err != nil {
+		return "", err
+	}
+	return s, checkSegment(s, "tenant", s)
+}
+
+// CheckRegion checks a region's label: the characters of a name segment.
+func CheckRegion(s string) error {
+	if err := checkName(s); err != nil {
+		return err
+	}
+	return checkSegment(s, "region", s)
+}
+
 // String returns persistent://TENANT/FABRIC/STREAM.
 func (n Stream) String() string { return Scheme + n.Tenant + "/" + n.Fabric + "/" + n.Name }
 

@@ -221,3 +221,20 @@ func TestCheckClientName(t *testing.T) {
 		})
 	}
 }
+
+func TestParseTenantAndRegion(t *testing.T) {
+	if got, err := ParseTenant("acme"); err != nil || got != "acme" {
+		t.Fatalf("ParseTenant(acme) = %q, %v", got, err)
+	}
+	for _, in := range []string{"", "a/b", "..", "a b"} {
+		if _, err := ParseTenant(in); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("ParseTenant(%q) = %v, want ErrInvalidName", in, err)
+		}
+		if err := CheckRegion(in); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("CheckRegion(%q) = %v, want ErrInvalidName", in, err)
+		}
+	}
+	if err := CheckRegion("eu-west-1"); err != nil {
+		t.Fatal(err)
+	}
+}

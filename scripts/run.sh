@@ -50,6 +50,9 @@ cat <<MSG
 fabriq: three nodes running on 127.0.0.1 (client ports 6650-6652); data and logs in $run_dir.
   URL: fabriq://127.0.0.1:6650,127.0.0.1:6651,127.0.0.1:6652
   Try, in another terminal:
+    bin/fabriq produce my-topic -m hi
+    bin/fabriq consume my-topic -s s --initial-position earliest -n 1
+    bin/fabriq tenant create demo && bin/fabriq fabric create demo/local
     bin/fabriq stream create persistent://demo/local/hello --partitions 2 --replicas 3
     bin/fabriq produce persistent://demo/local/hello -m one -m two
     bin/fabriq consume persistent://demo/local/hello -s me --initial-position earliest -n 2 --json

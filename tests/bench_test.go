@@ -26,7 +26,7 @@ func BenchmarkProduce(b *testing.B) {
 	payload := make([]byte, 1024)
 	for i, name := range []string{"async", "sync"} {
 		stream := fmt.Sprintf("persistent://bench/produce/s%d", i)
-		if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+		if err := createStream(ctx, c, stream, 1, 1); err != nil {
 			b.Fatal(err)
 		}
 		p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, MaxPendingMessages: 1000})
@@ -89,7 +89,7 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	defer c.Close()
 	const stream = "persistent://bench/failover/s"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		b.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
@@ -132,7 +132,7 @@ func BenchmarkKeySharedDispatch(b *testing.B) {
 	}
 	defer c.Close()
 	const stream = "persistent://bench/keys/s"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createStream(ctx, c, stream, 1, 1); err != nil {
 		b.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, KeyBasedBatching: true, MaxPendingMessages: 5000})
@@ -205,7 +205,7 @@ func BenchmarkKeySharedFailover(b *testing.B) {
 	}
 	defer c.Close()
 	const stream = "persistent://bench/keyfailover/s"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		b.Fatal(err)
 	}
 	var mu sync.Mutex

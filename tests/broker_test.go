@@ -22,7 +22,7 @@ func TestHundredThousandMessages(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	const stream = "persistent://acme/prod/bulk"
 	const total = 100_000
-	if err := c.CreateStream(ctx, stream, 4, 1); err != nil {
+	if err := createStream(ctx, c, stream, 4, 1); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "all", SubscriptionInitialPosition: client.Earliest})
@@ -86,7 +86,7 @@ func TestKillRestart(t *testing.T) {
 	c := newClient(t, n.url())
 	ctx := testContext(t, 2*time.Minute)
 	const stream = "persistent://acme/prod/crash"
-	if err := c.CreateStream(ctx, stream, 2, 1); err != nil {
+	if err := createStream(ctx, c, stream, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	// Named: the same consumer comes back after the crash (another one
@@ -162,7 +162,7 @@ func TestSecondExclusiveConsumerRefused(t *testing.T) {
 	c := newClient(t, n.url())
 	ctx := testContext(t, time.Minute)
 	const stream = "persistent://acme/prod/excl"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createStream(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	first, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s"})
@@ -194,7 +194,7 @@ func TestBadInputLeavesNodeServing(t *testing.T) {
 	c := newClient(t, n.url())
 	ctx := testContext(t, time.Minute)
 	const stream = "persistent://acme/prod/bad"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createStream(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
@@ -247,12 +247,12 @@ func TestBadInputLeavesNodeServing(t *testing.T) {
 		run  func() error
 		code transport.ErrorCode
 	}{
-		{"unknown stream", func() error {
-			_, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: "persistent://acme/prod/nope"})
+		{"stream of a fabric that does not exist", func() error {
+			_, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: "persistent://acme/nowhere/nope"})
 			return err
-		}, transport.CodeStreamNotFound},
-		{"bad stream name", func() error { return c.CreateStream(ctx, "persistent://acme/prod/s-partition-3", 1, 1) }, 0},
-		{"too many replicas", func() error { return c.CreateStream(ctx, "persistent://acme/prod/r3", 1, 3) }, transport.CodeInvalidArgument},
+		}, transport.CodeFabricNotFound},
+		{"bad stream name", func() error { return createStream(ctx, c, "persistent://acme/prod/s-partition-3", 1, 1) }, 0},
+		{"too many replicas", func() error { return createStream(ctx, c, "persistent://acme/prod/r3", 1, 3) }, transport.CodeInvalidArgument},
 		{"too large message (MSG-6)", func() error {
 			_, err := p.Send(ctx, &client.ProducerMessage{Payload: make([]byte, 5<<20+1)})
 			return err
@@ -324,7 +324,7 @@ func TestGracefulStop(t *testing.T) {
 	c := newClient(t, n.url())
 	ctx := testContext(t, time.Minute)
 	const stream = "persistent://acme/prod/term"
-	if err := c.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createStream(ctx, c, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
@@ -409,7 +409,7 @@ func TestClientsSurviveRestart(t *testing.T) {
 	c := newClient(t, n.url())
 	ctx := testContext(t, 2*time.Minute)
 	const stream = "persistent://acme/prod/ride"
-	if err := c.CreateStream(ctx, stream, 2, 1); err != nil {
+	if err := createStream(ctx, c, stream, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})

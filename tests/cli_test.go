@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fabriq-io/fabriq/client"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -53,6 +56,7 @@ func TestCLIContract(t *testing.T) {
 	url := n.url()
 	const stream = "persistent://acme/prod/cli"
 
+	cliFabric(t, url, "acme/prod")
 	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", stream, "--partitions", "2", "--replicas", "1"); code != 0 {
 		t.Fatalf("stream create: %d %s %s", code, out, errOut)
 	}
@@ -182,8 +186,9 @@ func TestCLIContract(t *testing.T) {
 
 	// Errors go to stderr with a non-zero status.
 	for _, args := range [][]string{
-		{"stream", "create", "not-a-stream"},
-		{"produce", "persistent://acme/prod/missing", "-m", "x"},
+		{"stream", "create", "not/a-stream"},
+		{"stream", "create", "persistent://nobody/prod/s"},          // no such tenant
+		{"produce", "persistent://acme/nowhere/missing", "-m", "x"}, // no such fabric
 		{"consume", stream},
 		{"produce", stream},
 	} {
@@ -205,6 +210,7 @@ func TestCLIRetention(t *testing.T) {
 	n := startNode(t, "n1", t.TempDir())
 	url := n.url()
 	const stream = "persistent://acme/prod/kept"
+	cliFabric(t, url, "acme/prod")
 	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", stream, "--retention-time", "7d", "--retention-size", "1GiB",
 		"--backlog-quota-size", "10MiB", "--backlog-quota-policy", "consumer_backlog_eviction", "--message-ttl", "1h"); code != 0 {
 		t.Fatalf("stream create: %d %s %s", code, out, errOut)
@@ -250,4 +256,86 @@ func TestCLIRetention(t *testing.T) {
 			t.Errorf("fabriq %v: status %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}
+}
+
+// cliFabric creates a tenant and its fabric with the CLI.
+func cliFabric(t *testing.T, url, fabric string) {
+	t.Helper()
+	tenant, _, _ := strings.Cut(fabric, "/")
+	if out, errOut, code := fabriqCLI(t, url, "", "tenant", "create", tenant); code != 0 {
+		t.Fatalf("tenant create %s: %d %s %s", tenant, code, out, errOut)
+	}
+	if out, errOut, code := fabriqCLI(t, url, "", "fabric", "create", fabric); code != 0 {
+		t.Fatalf("fabric create %s: %d %s %s", fabric, code, out, errOut)
+	}
+}
+
+// As a new user would: with nothing created, a short name produces and
+// consumes (the stream is made on first use in public/default), through
+// any node of a cluster, the metadata leader or not.
+func TestCLIShortNamesOnFirstUse(t *testing.T) {
+	nodes := startCluster(t, 3)
+	for i, n := range nodes {
+		stream := fmt.Sprintf("my-topic-%d", i)
+		if out, errOut, code := fabriqCLI(t, n.url(), "", "produce", stream, "-m", "hi"); code != 0 {
+			t.Fatalf("produce %s through %s: %d %s %s", stream, n.id, code, out, errOut)
+		}
+		other := nodes[(i+1)%len(nodes)]
+		out, errOut, code := fabriqCLI(t, other.url(), "", "consume", stream, "-s", "s", "--initial-position", "earliest", "-n", "1", "--json")
+		if code != 0 {
+			t.Fatalf("consume %s through %s: %d %s %s", stream, other.id, code, out, errOut)
+		}
+		if msgs := jsonLines(t, out); len(msgs) != 1 || msgs[0]["payload"] != "hi" {
+			t.Fatalf("consumed %q", out)
+		}
+	}
+	out, errOut, code := fabriqCLI(t, nodes[0].url(), "", "stream", "list", "public/default")
+	if code != 0 || !strings.Contains(out, "persistent://public/default/my-topic-2") {
+		t.Fatalf("stream list: %d %s %s", code, out, errOut)
+	}
+}
+
+// The tenant and fabric commands, and a fabric's defaults taken by stream
+// create.
+func TestCLITenantsAndFabrics(t *testing.T) {
+	url := startNode(t, "n1", t.TempDir()).url()
+	run := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := fabriqCLI(t, url, "", args...)
+		if code != 0 {
+			t.Fatalf("fabriq %v: %d %s %s", args, code, out, errOut)
+		}
+		return out
+	}
+	run("tenant", "create", "acme")
+	run("fabric", "create", "acme/eu", "--regions", "eu-west,eu-central", "--partitions", "2", "--retention-time", "1h")
+	if out := run("tenant", "list"); strings.Fields(out)[0] != "acme" || !strings.Contains(out, "public") {
+		t.Fatalf("tenant list: %q", out)
+	}
+	if out := run("fabric", "list", "acme"); strings.TrimSpace(out) != "acme/eu" {
+		t.Fatalf("fabric list: %q", out)
+	}
+	if out := run("stream", "create", "acme/eu/orders"); !strings.Contains(out, "with 2 partition(s)") {
+		t.Fatalf("stream create in a fabric with 2 default partitions: %q", out)
+	}
+	var info client.FabricInfo
+	if err := json.Unmarshal([]byte(run("fabric", "describe", "acme/eu", "--json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Streams != 1 || !slices.Equal(info.Regions, []string{"eu-central", "eu-west"}) || info.Defaults.Retention == nil || info.Defaults.Retention.RetentionTimeMs != 3_600_000 {
+		t.Fatalf("fabric describe: %+v", info)
+	}
+	for _, args := range [][]string{
+		{"fabric", "delete", "acme/eu"}, // holds a stream
+		{"tenant", "delete", "acme"},    // holds a fabric
+		{"fabric", "create", "nobody/eu"},
+		{"tenant", "create", "a/b"},
+	} {
+		if out, errOut, code := fabriqCLI(t, url, "", args...); code == 0 || errOut == "" || out != "" {
+			t.Errorf("fabriq %v: status %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	run("stream", "delete", "acme/eu/orders")
+	run("fabric", "delete", "acme/eu")
+	run("tenant", "delete", "acme")
 }

@@ -86,7 +86,7 @@ func byID(nodes []*clusterNode, id string) *clusterNode {
 // returns a producer on it.
 func streamAndProducer(ctx context.Context, t testing.TB, c *client.Client, stream string, sendTimeout time.Duration, opts ...client.StreamOption) *client.Producer {
 	t.Helper()
-	if err := c.CreateStream(ctx, stream, 1, 3, opts...); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3, opts...); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: sendTimeout})
@@ -267,7 +267,7 @@ func TestClusterKillLeader(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/replicated"
 	admin := newClient(t, nodes[0].url())
-	if err := admin.CreateStream(ctx, stream, 4, 3); err != nil {
+	if err := createStream(ctx, admin, stream, 4, 3); err != nil {
 		t.Fatal(err)
 	}
 	victimID := leaderOf(ctx, t, admin, stream+"-partition-0")
@@ -308,7 +308,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	const stream = "persistent://acme/prod/rolling"
 	url := "fabriq://" + nodes[0].addr + "," + nodes[1].addr + "," + nodes[2].addr
 	c := newClient(t, url)
-	if err := c.CreateStream(ctx, stream, 3, 3); err != nil {
+	if err := createStream(ctx, c, stream, 3, 3); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
@@ -351,7 +351,7 @@ func TestClusterReplacesDeadNodes(t *testing.T) {
 		url += n.addr
 	}
 	c := newClient(t, "fabriq://"+url)
-	if err := c.CreateStream(ctx, stream, 2, 3); err != nil {
+	if err := createStream(ctx, c, stream, 2, 3); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.ClusterStatus(ctx)
@@ -442,7 +442,7 @@ func TestClusterBalancesLeaders(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	c := newClient(t, nodes[0].url())
 	const stream = "persistent://acme/prod/balance"
-	if err := c.CreateStream(ctx, stream, 6, 3); err != nil {
+	if err := createStream(ctx, c, stream, 6, 3); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -472,7 +472,7 @@ func TestClusterNodeMovesAddress(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	const stream = "persistent://acme/prod/moved"
 	c := newClient(t, nodes[0].url())
-	if err := c.CreateStream(ctx, stream, 3, 3); err != nil {
+	if err := createStream(ctx, c, stream, 3, 3); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
@@ -534,7 +534,7 @@ func TestClusterReplicaGivenBack(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/back"
 	c := newClient(t, clusterURL(nodes))
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	replicas := func() []string {

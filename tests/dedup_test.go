@@ -93,7 +93,7 @@ func TestResendOlderThanDedupWindow(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	const stream = "persistent://acme/prod/dedup"
 	admin := newClient(t, nodes[0].url())
-	if err := admin.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, admin, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	leader := byID(nodes, leaderOf(ctx, t, admin, stream))

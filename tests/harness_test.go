@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // bin holds the binaries built for this test run.
@@ -208,4 +210,29 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// createStream creates a stream, and its tenant and fabric first when
+// they are missing, as an operator does once per fabric.
+func createStream(ctx context.Context, c *client.Client, stream string, partitions, replicas int, opts ...client.StreamOption) error {
+	if err := ensureFabric(ctx, c, stream); err != nil {
+		return err
+	}
+	return c.CreateStream(ctx, stream, partitions, replicas, opts...)
+}
+
+// ensureFabric creates the tenant and fabric of a stream, unless they
+// exist. A bad name is left for the stream's own create to refuse.
+func ensureFabric(ctx context.Context, c *client.Client, stream string) error {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
+		return nil
+	}
+	if err := c.CreateTenant(ctx, st.Tenant); err != nil && transport.CodeOf(err) != transport.CodeTenantExists {
+		return err
+	}
+	if err := c.CreateFabric(ctx, st.FabricName(), client.FabricOptions{}); err != nil && transport.CodeOf(err) != transport.CodeFabricExists {
+		return err
+	}
+	return nil
 }

@@ -33,7 +33,7 @@ func TestNodeServesAgainAfterRunningOutOfDescriptors(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	const stream = "persistent://acme/limits/descriptors"
 	admin := newClient(t, n.url())
-	if err := admin.CreateStream(ctx, stream, 1, 1); err != nil {
+	if err := createStream(ctx, admin, stream, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	admin.Close()

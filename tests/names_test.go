@@ -27,6 +27,8 @@ var badNames = []struct{ name, why string }{
 	{"persistent://t/f/a\xffb", "not valid UTF-8"},
 	{"persistent://t/f/" + strings.Repeat("x", 10000), "longer than"},
 	{"persistent://t/f/a\x00b", `character '\x00'`}, // no command line holds a NUL: sent as a frame only
+	{"..", `stream may not be ".."`},                // a short name: public/default/..
+	{"../../tmp", `tenant may not be ".."`},         // the scheme left out
 }
 
 // sandboxState is what lies in a sandbox outside the nodes' partition
@@ -154,6 +156,7 @@ func TestBadNamesTouchNothing(t *testing.T) {
 	nodes := startClusterIn(t, dirs)
 	url := nodes[0].url()
 	const good = "persistent://acme/prod/kept"
+	cliFabric(t, url, "acme/prod")
 	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", good, "--replicas", "3"); code != 0 {
 		t.Fatalf("stream create %s: %d %s %s", good, code, out, errOut)
 	}

@@ -58,7 +58,7 @@ func TestPowerLossKeepsAcknowledged(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/powerloss"
 	c := newClient(t, clusterURL(nodes))
-	if err := c.CreateStream(ctx, stream, 4, 3); err != nil {
+	if err := createStream(ctx, c, stream, 4, 3); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: 5 * time.Second})

@@ -81,7 +81,7 @@ func TestClusterRetentionBoundsDisk(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
 	c := newClient(t, clusterURL(nodes))
 	const stream = "persistent://acme/retain/steady"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "work", SubscriptionInitialPosition: client.Earliest})
@@ -279,7 +279,7 @@ func TestClusterBacklogQuotaRefusesProducers(t *testing.T) {
 	c := newClient(t, clusterURL(nodes))
 	const stream = "persistent://acme/retain/quota"
 	const quota = 256 << 10
-	err := c.CreateStream(ctx, stream, 1, 3, client.WithRetention(client.RetentionPolicy{
+	err := createStream(ctx, c, stream, 1, 3, client.WithRetention(client.RetentionPolicy{
 		BacklogQuotaBytes: quota, BacklogQuotaPolicy: client.ProducerException,
 	}))
 	if err != nil {
@@ -364,12 +364,12 @@ func TestClusterBacklogEvictionAndTTL(t *testing.T) {
 	c := newClient(t, clusterURL(nodes))
 	const evicted, expiring = "persistent://acme/retain/evicted", "persistent://acme/retain/expiring"
 	const quota = 256 << 10
-	if err := c.CreateStream(ctx, evicted, 1, 3, client.WithRetention(client.RetentionPolicy{
+	if err := createStream(ctx, c, evicted, 1, 3, client.WithRetention(client.RetentionPolicy{
 		BacklogQuotaBytes: quota, BacklogQuotaPolicy: client.ConsumerBacklogEviction,
 	})); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CreateStream(ctx, expiring, 1, 3, client.WithRetention(client.RetentionPolicy{MessageTTLMs: 1000})); err != nil {
+	if err := createStream(ctx, c, expiring, 1, 3, client.WithRetention(client.RetentionPolicy{MessageTTLMs: 1000})); err != nil {
 		t.Fatal(err)
 	}
 	payload := make([]byte, 4<<10)

@@ -96,7 +96,7 @@ func TestClusterExclusive(t *testing.T) {
 	url := clusterURL(nodes)
 	c := newClient(t, url)
 	const stream = "persistent://acme/prod/exclusive"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	first, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "first"})
@@ -170,7 +170,7 @@ func TestClusterShared(t *testing.T) {
 	url := clusterURL(nodes)
 	c := newClient(t, url)
 	const stream = "persistent://acme/prod/shared"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	const total = 30_000
@@ -399,7 +399,7 @@ func TestClusterFailover(t *testing.T) {
 	url := clusterURL(nodes)
 	admin := newClient(t, url)
 	const stream = "persistent://acme/prod/failover"
-	if err := admin.CreateStream(ctx, stream, 4, 3); err != nil {
+	if err := createStream(ctx, admin, stream, 4, 3); err != nil {
 		t.Fatal(err)
 	}
 	clients := map[string]*client.Client{}
@@ -508,7 +508,7 @@ func TestClusterKeyShared(t *testing.T) {
 	url := clusterURL(nodes)
 	c := newClient(t, url)
 	const stream = "persistent://acme/prod/keyed"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	keys := checker.Keys(300)
@@ -677,7 +677,7 @@ func TestClusterRolesSurviveLeaderKill(t *testing.T) {
 	url := clusterURL(nodes)
 	c := newClient(t, url)
 	const stream = "persistent://acme/prod/survive"
-	if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+	if err := createStream(ctx, c, stream, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	keys := checker.Keys(100)

@@ -50,6 +50,16 @@ const (
 	TypeClusterStatusResult
 	TypeRenewReplica
 	TypeSetRetention
+	TypeCreateTenant
+	TypeDeleteTenant
+	TypeListTenants
+	TypeListTenantsResult
+	TypeCreateFabric
+	TypeDeleteFabric
+	TypeListFabrics
+	TypeListFabricsResult
+	TypeDescribeFabric
+	TypeDescribeFabricResult
 )
 
 // Command is one protocol command. Every command type is a pointer to one
@@ -680,5 +690,5 @@ func newCommand(t CommandType) Command {
 	case TypeClusterStatusResult:
 		return new(ClusterStatusResult)
 	}
-	return nil
+	return newTenancyCommand(t)
 }

@@ -38,6 +38,11 @@ const (
 	CodeLimitExceeded        // a node's limit (connections, producers, consumers, subscriptions) is reached
 	CodeDiskFull             // the partition leader's disk is below its free-space reserve; retry later
 	CodeBacklogQuotaExceeded // a send refused: a subscription's backlog is over the stream's quota
+	CodeTenantNotFound       // no such tenant
+	CodeTenantExists         // CreateTenant of a tenant that exists
+	CodeFabricNotFound       // no such fabric
+	CodeFabricExists         // CreateFabric of a fabric that exists
+	CodeNotEmpty             // a tenant with fabrics, or a fabric with streams, is not deleted
 )
 
 var codeNames = map[ErrorCode]string{
@@ -65,6 +70,11 @@ var codeNames = map[ErrorCode]string{
 	CodeLimitExceeded:        "LimitExceeded",
 	CodeDiskFull:             "DiskFull",
 	CodeBacklogQuotaExceeded: "ProducerBlockedQuotaExceededError",
+	CodeTenantNotFound:       "TenantNotFound",
+	CodeTenantExists:         "TenantExists",
+	CodeFabricNotFound:       "FabricNotFound",
+	CodeFabricExists:         "FabricExists",
+	CodeNotEmpty:             "NotEmpty",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.

@@ -40,6 +40,16 @@ var typeNames = [...]string{
 	TypeClusterStatusResult:       "ClusterStatusResult",
 	TypeRenewReplica:              "RenewReplica",
 	TypeSetRetention:              "SetRetention",
+	TypeCreateTenant:              "CreateTenant",
+	TypeDeleteTenant:              "DeleteTenant",
+	TypeListTenants:               "ListTenants",
+	TypeListTenantsResult:         "ListTenantsResult",
+	TypeCreateFabric:              "CreateFabric",
+	TypeDeleteFabric:              "DeleteFabric",
+	TypeListFabrics:               "ListFabrics",
+	TypeListFabricsResult:         "ListFabricsResult",
+	TypeDescribeFabric:            "DescribeFabric",
+	TypeDescribeFabricResult:      "DescribeFabricResult",
 }
 
 // String returns the command's name, "Send" for TypeSend.

@@ -22,7 +22,9 @@ func (s *Session) lookup(c *transport.Lookup) {
 }
 
 func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
-	n, err := s.node.Partitions(c.Stream)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	n, err := s.node.Partitions(ctx, c.Stream)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
@@ -33,11 +35,7 @@ func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
 func (s *Session) createStream(c *transport.CreateStream) {
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	var retention transport.RetentionPolicy
-	if c.Retention != nil {
-		retention = *c.Retention
-	}
-	s.answer(c.RequestID, s.node.CreateStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), retention))
+	s.answer(c.RequestID, s.node.CreateStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), c.Retention))
 }
 
 func (s *Session) deleteStream(c *transport.DeleteStream) {

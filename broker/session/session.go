@@ -39,11 +39,12 @@ type Node interface {
 	LocalLeader(name string) (*partition.Partition, error)
 	// Lookup answers where a partition's leader is.
 	Lookup(name string) (*transport.LookupResult, error)
-	// Partitions returns how many partitions a stream has.
-	Partitions(stream string) (int, error)
+	// Partitions returns how many partitions a stream has, creating the
+	// stream first where the node auto-creates streams on first use.
+	Partitions(ctx context.Context, stream string) (int, error)
 	// CreateStream creates a stream and waits until its partitions on
 	// this node have leaders.
-	CreateStream(ctx context.Context, stream string, partitions, replicas int, retention transport.RetentionPolicy) error
+	CreateStream(ctx context.Context, stream string, partitions, replicas int, retention *transport.RetentionPolicy) error
 	// DeleteStream deletes a stream; without force, not while producers
 	// or consumers are attached to its partitions on this node.
 	DeleteStream(ctx context.Context, stream string, force bool) error
@@ -56,6 +57,16 @@ type Node interface {
 	DescribeStream(stream string, partition *int32) (transport.StreamInfo, error)
 	// ClusterStatus reports the cluster as this node sees it.
 	ClusterStatus() transport.ClusterInfo
+	// CreateTenant, DeleteTenant, CreateFabric and DeleteFabric change
+	// the tenants and fabrics; Tenants, Fabrics and DescribeFabric read
+	// them.
+	CreateTenant(ctx context.Context, name string) error
+	DeleteTenant(ctx context.Context, name string) error
+	Tenants() []string
+	CreateFabric(ctx context.Context, c *transport.CreateFabric) error
+	DeleteFabric(ctx context.Context, name string) error
+	Fabrics(tenant string) ([]transport.FabricInfo, error)
+	DescribeFabric(name string) (transport.FabricInfo, error)
 	// RenewReplica places a new member in place of a damaged copy, for a
 	// node of an older version that asks over the client port; from is
 	// the connection's address.
@@ -310,7 +321,8 @@ func slowRequest(cmd transport.Command) bool {
 	switch cmd.(type) {
 	case *transport.Lookup, *transport.PartitionedMetadata, *transport.Subscribe,
 		*transport.Seek, *transport.Unsubscribe, *transport.CreateStream, *transport.DeleteStream,
-		*transport.ListStreams, *transport.DescribeStream, *transport.ClusterStatus, *transport.RenewReplica:
+		*transport.ListStreams, *transport.DescribeStream, *transport.ClusterStatus, *transport.RenewReplica,
+		*transport.CreateTenant, *transport.DeleteTenant, *transport.CreateFabric, *transport.DeleteFabric:
 		return true
 	}
 	return false
@@ -596,6 +608,9 @@ func (s *Session) handle(cmd transport.Command) {
 	case *transport.RenewReplica:
 		s.renewReplica(c)
 	default:
+		if s.tenancy(cmd) {
+			return
+		}
 		s.conn.Fail(transport.CodeProtocol, fmt.Errorf("unexpected command %T from a client", cmd))
 		s.Close()
 	}

@@ -1,7 +1,9 @@
 package meta
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -9,16 +11,23 @@ import (
 
 // StreamSpec is what CreateStream creates.
 type StreamSpec struct {
-	Name       string    // a full stream name, persistent://TENANT/FABRIC/STREAM
-	Partitions int       // 0 is 1
-	Replicas   int       // 0 is 1
-	Retention  Retention // the retention policy
+	Name       string // a full stream name, persistent://TENANT/FABRIC/STREAM
+	Partitions int    // 0 is the fabric's default, or 1
+	Replicas   int    // 0 is the fabric's default, or 1
+	// Retention is the retention policy; nil is the fabric's default.
+	Retention *Retention
+	// Fabrics creates the stream's tenant and fabric when they are
+	// missing, as Config.AutoCreateFabrics does for every stream.
+	Fabrics bool
 }
 
 // CreateStream places a new stream's partitions on the registered nodes
 // and records it, as the metadata leader; it returns the placement. The
-// errors: ErrInvalid (a name, a partition count, or a replication factor
-// the cluster cannot hold), *NotLeaderError, ErrStreamExists, ErrNotReady.
+// stream's fabric must exist, unless it may be created here (see
+// Config.AutoCreateFabrics); what the spec leaves out comes from the
+// fabric's defaults. The errors: ErrInvalid (a name, a partition count,
+// or a replication factor the cluster cannot hold), *NotLeaderError,
+// ErrTenantNotFound, ErrFabricNotFound, ErrStreamExists, ErrNotReady.
 func (s *Service) CreateStream(ctx context.Context, spec StreamSpec) ([][]string, error) {
 	st, err := geofabric.ParseStream(spec.Name)
 	if err != nil {
@@ -27,24 +36,27 @@ func (s *Service) CreateStream(ctx context.Context, spec StreamSpec) ([][]string
 	if !s.group.IsLeader() {
 		return nil, &NotLeaderError{LeaderID: s.Leader()}
 	}
-	partitions, replicas := spec.Partitions, spec.Replicas
-	if partitions == 0 {
-		partitions = 1
+	if _, ok := s.catalog.Stream(st.String()); ok {
+		return nil, fmt.Errorf("%w: %s", ErrStreamExists, st)
 	}
-	if replicas == 0 {
-		replicas = 1
+	f, err := s.streamFabric(ctx, st, spec.Fabrics)
+	if err != nil {
+		return nil, err
+	}
+	partitions := cmp.Or(spec.Partitions, f.Defaults.Partitions, 1)
+	replicas := cmp.Or(spec.Replicas, f.Defaults.Replicas, 1)
+	retention := f.Defaults.Retention
+	if spec.Retention != nil {
+		retention = *spec.Retention
 	}
 	if err := geofabric.ValidatePartitions(partitions); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if _, ok := s.catalog.Stream(st.String()); ok {
-		return nil, fmt.Errorf("%w: %s", ErrStreamExists, st)
 	}
 	placement, err := Place(s.catalog.Nodes(), Load(s.catalog.Streams()), partitions, replicas)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, CreateStream{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: spec.Retention})
+	res, err := s.apply(ctx, CreateStream{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: retention})
 	if err != nil {
 		return nil, err
 	}
@@ -73,4 +85,33 @@ func (s *Service) SetRetention(ctx context.Context, name string, policy Retentio
 		return fmt.Errorf("%w: %s", ErrStreamNotFound, name)
 	}
 	return nil
+}
+
+// AutoCreate creates a stream on its first use, with its fabric's
+// defaults, and with its tenant and fabric when fabrics is set; a stream
+// that exists meanwhile is no error. Any node may call it: a follower
+// asks the metadata leader. The errors: ErrInvalid, ErrTenantNotFound,
+// ErrFabricNotFound, ErrNotReady.
+func (s *Service) AutoCreate(ctx context.Context, stream string, fabrics bool) error {
+	if s.group.IsLeader() {
+		return s.autoCreateHere(ctx, stream, fabrics)
+	}
+	leader := s.Leader()
+	if leader == "" {
+		return fmt.Errorf("%w: the metadata group has no leader", ErrNotReady)
+	}
+	err := s.call(ctx, leader, methodAutoCreate, &autoCreateRequest{Stream: stream, Fabrics: fabrics}, &none{})
+	if errors.Is(err, ErrNotLeader) {
+		return fmt.Errorf("%w: the metadata leader changed", ErrNotReady)
+	}
+	return err
+}
+
+// autoCreateHere is AutoCreate on the metadata leader.
+func (s *Service) autoCreateHere(ctx context.Context, stream string, fabrics bool) error {
+	_, err := s.CreateStream(ctx, StreamSpec{Name: stream, Fabrics: fabrics})
+	if errors.Is(err, ErrStreamExists) {
+		return nil
+	}
+	return err
 }

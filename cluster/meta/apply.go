@@ -53,6 +53,7 @@ func (s *state) createStream(index uint64, e CreateStream) bool {
 		Initial:    e.Placement,
 		Retention:  e.Retention,
 	}
+	s.adopt(e.Name)
 	return true
 }
 

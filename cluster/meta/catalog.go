@@ -90,8 +90,10 @@ func encodeState(s *state) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	fields := 2
-	if s.Applied != 0 {
-		fields++
+	for _, present := range []bool{s.Applied != 0, len(s.Tenants) > 0, len(s.Fabrics) > 0} {
+		if present {
+			fields++
+		}
 	}
 	err := errors.Join(
 		enc.EncodeMapLen(fields),
@@ -100,6 +102,12 @@ func encodeState(s *state) ([]byte, error) {
 	)
 	if err == nil && s.Applied != 0 {
 		err = errors.Join(enc.EncodeString("applied"), enc.Encode(s.Applied))
+	}
+	if err == nil && len(s.Tenants) > 0 {
+		err = errors.Join(enc.EncodeString("tenants"), encodeSorted(enc, s.Tenants))
+	}
+	if err == nil && len(s.Fabrics) > 0 {
+		err = errors.Join(enc.EncodeString("fabrics"), encodeSorted(enc, s.Fabrics))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("meta: encode snapshot: %w", err)
@@ -136,6 +144,15 @@ func decodeState(r io.Reader) (state, error) {
 	}
 	if st.Streams == nil {
 		st.Streams = map[string]*Stream{}
+	}
+	if st.Tenants == nil {
+		st.Tenants = map[string]Tenant{}
+	}
+	if st.Fabrics == nil {
+		st.Fabrics = map[string]Fabric{}
+	}
+	for name := range st.Streams {
+		st.adopt(name)
 	}
 	return st, nil
 }
@@ -229,3 +246,39 @@ func (b bytesSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (bytesSnapshot) Release() {}
+
+// Tenants returns the tenants' names, sorted.
+func (c *Catalog) Tenants() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return slices.Sorted(maps.Keys(c.state.Tenants))
+}
+
+// Tenant reports whether a tenant exists.
+func (c *Catalog) Tenant(name string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.state.Tenants[name]
+	return ok
+}
+
+// Fabric returns a fabric, by TENANT/FABRIC.
+func (c *Catalog) Fabric(name string) (Fabric, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	f, ok := c.state.Fabrics[name]
+	return f, ok
+}
+
+// Fabrics returns a tenant's fabrics, by name.
+func (c *Catalog) Fabrics(tenant string) []Fabric {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []Fabric
+	for _, name := range slices.Sorted(maps.Keys(c.state.Fabrics)) {
+		if t, _, _ := strings.Cut(name, "/"); t == tenant {
+			out = append(out, c.state.Fabrics[name])
+		}
+	}
+	return out
+}

@@ -1,12 +1,14 @@
 // Package meta is fabriq's control plane: the metadata Raft group and what
 // is decided from it. It owns
 //
-//   - the metadata state machine (Catalog): the nodes of the cluster and
+//   - the metadata state machine (Catalog): the nodes of the cluster, the
+//     tenants and their fabrics (regions, defaults of their streams), and
 //     the streams, with the placement of every partition's replicas and
 //     each replica's member id in its partition's Raft group (MemberID);
 //   - its entries, structs of their own in a type space of their own
 //     (RegisterNode, CreateStream, DeleteStream, ReplaceReplica,
-//     RenewReplica, SetRetention), applied through a dispatch table;
+//     RenewReplica, SetRetention, CreateTenant, DeleteTenant,
+//     CreateFabric, DeleteFabric), applied through a dispatch table;
 //   - the decisions, as pure functions: where a new stream's replicas go
 //     (Place), which node leads too much (BalanceLeaders), which replicas
 //     of dead nodes move where (DeadNodes, FindRepairs, Target, Settled),
@@ -15,8 +17,10 @@
 //     partition's leader changes its group (MemberChanges);
 //   - the Service that carries them out on a node: bootstrap, the
 //     metadata leader's loop, catching up after a restart, leader
-//     balancing, stream administration, replica renewal, and the
-//     node-to-node calls these need, on the Raft port (cluster.RPCServer).
+//     balancing, tenant, fabric and stream administration (a stream's
+//     fabric must exist; streams are created on first use), replica
+//     renewal, and the node-to-node calls these need, on the Raft port
+//     (cluster.RPCServer).
 //
 // It does not run partitions. The broker does, and implements Host for
 // what only it can do with its copies: report their member, leadership

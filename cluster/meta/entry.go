@@ -15,13 +15,32 @@ type Type uint8
 // Metadata entry types. Never renumber; a type that goes keeps its number
 // reserved here.
 const (
-	TypeRegisterNode   Type = 1 // RegisterNode
-	TypeCreateStream   Type = 2 // CreateStream
-	TypeDeleteStream   Type = 3 // DeleteStream
-	TypeReplaceReplica Type = 4 // ReplaceReplica
-	TypeRenewReplica   Type = 5 // RenewReplica
-	TypeSetRetention   Type = 6 // SetRetention
+	TypeRegisterNode   Type = 1  // RegisterNode
+	TypeCreateStream   Type = 2  // CreateStream
+	TypeDeleteStream   Type = 3  // DeleteStream
+	TypeReplaceReplica Type = 4  // ReplaceReplica
+	TypeRenewReplica   Type = 5  // RenewReplica
+	TypeSetRetention   Type = 6  // SetRetention
+	TypeCreateTenant   Type = 7  // CreateTenant
+	TypeDeleteTenant   Type = 8  // DeleteTenant
+	TypeCreateFabric   Type = 9  // CreateFabric
+	TypeDeleteFabric   Type = 10 // DeleteFabric
 )
+
+// CatalogFormat is the newest catalog format this version applies: 1 is
+// nodes and streams (types 1 to 6), 2 adds tenants and fabrics (types 7
+// to 10). Nodes advertise it in gossip (cluster.NodeMeta.Catalog), and
+// the metadata leader writes an entry of a newer format only once every
+// node reads it, so that a rolling upgrade never stops an older node.
+const CatalogFormat = 2
+
+// format returns the catalog format that brought type t.
+func (t Type) format() int {
+	if t&^IgnoreUnknownTypeFlag >= TypeCreateTenant {
+		return 2
+	}
+	return 1
+}
 
 // IgnoreUnknownTypeFlag, set in an entry's type, lets a node that does not
 // know the type skip the entry instead of stopping (Consul's flag of the
@@ -87,6 +106,28 @@ type SetRetention struct {
 	Retention Retention `msgpack:"rt"` // the new policy
 }
 
+// CreateTenant creates a tenant, unless it exists.
+type CreateTenant struct {
+	Name string `msgpack:"n"`
+}
+
+// DeleteTenant deletes a tenant that has no fabric left.
+type DeleteTenant struct {
+	Name string `msgpack:"n"`
+}
+
+// CreateFabric creates a fabric of an existing tenant, unless it exists.
+type CreateFabric struct {
+	Name     string         `msgpack:"n"`           // TENANT/FABRIC
+	Regions  []string       `msgpack:"g,omitempty"` // sorted; empty is every region
+	Defaults StreamDefaults `msgpack:"d"`           // for its new streams
+}
+
+// DeleteFabric deletes a fabric that has no stream left.
+type DeleteFabric struct {
+	Name string `msgpack:"n"` // TENANT/FABRIC
+}
+
 // Entry is the body of a metadata entry: one of the entry structs above.
 type Entry interface {
 	entryType() Type
@@ -98,6 +139,10 @@ func (DeleteStream) entryType() Type   { return TypeDeleteStream }
 func (ReplaceReplica) entryType() Type { return TypeReplaceReplica }
 func (RenewReplica) entryType() Type   { return TypeRenewReplica }
 func (SetRetention) entryType() Type   { return TypeSetRetention }
+func (CreateTenant) entryType() Type   { return TypeCreateTenant }
+func (DeleteTenant) entryType() Type   { return TypeDeleteTenant }
+func (CreateFabric) entryType() Type   { return TypeCreateFabric }
+func (DeleteFabric) entryType() Type   { return TypeDeleteFabric }
 
 // Encode returns the Raft bytes of an entry: its type byte, then its body
 // in msgpack with sorted map keys.
@@ -122,7 +167,8 @@ type Result struct {
 	// registered, the stream created (not already there), deleted (it
 	// existed), the replica moved or renewed (the stream, partition and
 	// member were there and the change not made already), the policy set
-	// (the stream exists).
+	// (the stream exists), the tenant or fabric created (its tenant exists,
+	// it did not) or deleted (it existed and was empty).
 	Done bool
 	// Skipped reports an entry of an unknown type flagged ignorable.
 	Skipped bool
@@ -153,4 +199,8 @@ var handlers = map[Type]handler{
 	TypeReplaceReplica: handle("ReplaceReplica", (*state).replaceReplica),
 	TypeRenewReplica:   handle("RenewReplica", (*state).renewReplica),
 	TypeSetRetention:   handle("SetRetention", (*state).setRetention),
+	TypeCreateTenant:   handle("CreateTenant", (*state).createTenant),
+	TypeDeleteTenant:   handle("DeleteTenant", (*state).deleteTenant),
+	TypeCreateFabric:   handle("CreateFabric", (*state).createFabric),
+	TypeDeleteFabric:   handle("DeleteFabric", (*state).deleteFabric),
 }

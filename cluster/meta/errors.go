@@ -18,6 +18,16 @@ var (
 	ErrStreamExists = errors.New("meta: stream exists")
 	// ErrStreamNotFound: the catalog has no stream of that name.
 	ErrStreamNotFound = errors.New("meta: stream not found")
+	// ErrTenantExists, ErrTenantNotFound, ErrFabricExists and
+	// ErrFabricNotFound: a tenant or fabric of that name does or does not
+	// exist.
+	ErrTenantExists   = errors.New("meta: tenant exists")
+	ErrTenantNotFound = errors.New("meta: tenant not found")
+	ErrFabricExists   = errors.New("meta: fabric exists")
+	ErrFabricNotFound = errors.New("meta: fabric not found")
+	// ErrNotEmpty: a tenant that still has fabrics, or a fabric that
+	// still has streams, is not deleted.
+	ErrNotEmpty = errors.New("meta: not empty")
 	// ErrNotMember: a renewal names a member the partition does not
 	// have (renewed already, or moved).
 	ErrNotMember = errors.New("meta: not a member of the partition")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/cluster"
+	"github.com/fabriq-io/fabriq/geofabric"
 )
 
 // bootstrapLoop waits until gossip shows BootstrapExpect live nodes and,
@@ -88,9 +89,27 @@ func (s *Service) leaderLoop() {
 		}
 		if leader {
 			s.reconcileMembers()
+			s.ensureDefaults()
 			s.replaceDead()
 		}
 	}
+}
+
+// ensureDefaults creates DefaultTenant/DefaultFabric while the catalog
+// lacks them (a new cluster, or one upgraded from a version without
+// fabrics, once every node reads them).
+func (s *Service) ensureDefaults() {
+	if _, ok := s.catalog.Fabric(geofabric.DefaultTenant + "/" + geofabric.DefaultFabric); ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	if err := s.ensureDefaultFabric(ctx); err != nil {
+		s.noteOnce("default-fabric", true, "cannot create the default fabric yet", "err", err)
+		return
+	}
+	s.noteOnce("default-fabric", false, "")
+	s.logger.Info("created the default fabric", "fabric", geofabric.DefaultTenant+"/"+geofabric.DefaultFabric)
 }
 
 // liveNodes returns the nodes to register: those gossip sees alive, as

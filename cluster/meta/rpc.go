@@ -26,6 +26,9 @@ const (
 	// methodIndex asks the metadata leader how far its catalog is, once
 	// it has applied everything committed (Index).
 	methodIndex = "meta.index"
+	// methodAutoCreate asks the metadata leader to create a stream on its
+	// first use, with its fabric's defaults (AutoCreate).
+	methodAutoCreate = "meta.autocreate"
 	// maxViews bounds the partitions of one views call: a larger ask is
 	// split.
 	maxViews = 4096
@@ -44,6 +47,11 @@ type renewRequest struct {
 	Member    string `msgpack:"m"`
 }
 
+type autoCreateRequest struct {
+	Stream  string `msgpack:"s"`
+	Fabrics bool   `msgpack:"f,omitempty"` // its tenant and fabric too, when missing
+}
+
 type indexAnswer struct {
 	Index uint64 `msgpack:"i"`
 }
@@ -60,6 +68,8 @@ var rpcCodes = []struct {
 	{"not_member", ErrNotMember},
 	{"not_ready", ErrNotReady},
 	{"stream_not_found", ErrStreamNotFound},
+	{"tenant_not_found", ErrTenantNotFound},
+	{"fabric_not_found", ErrFabricNotFound},
 }
 
 // toRPC is err as an answer: the code of its sentinel, and the leader's id
@@ -108,6 +118,9 @@ func (s *Service) register(srv *cluster.RPCServer) {
 	})
 	cluster.RPCHandle(srv, methodRenew, func(ctx context.Context, from net.Addr, req *renewRequest) (*none, error) {
 		return &none{}, toRPC(s.Renew(ctx, req.Partition, req.Member, from))
+	})
+	cluster.RPCHandle(srv, methodAutoCreate, func(ctx context.Context, _ net.Addr, req *autoCreateRequest) (*none, error) {
+		return &none{}, toRPC(s.autoCreateHere(ctx, req.Stream, req.Fabrics))
 	})
 	cluster.RPCHandle(srv, methodIndex, func(ctx context.Context, _ net.Addr, _ *none) (*indexAnswer, error) {
 		if !s.group.IsLeader() {

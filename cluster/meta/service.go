@@ -83,6 +83,11 @@ type Config struct {
 	// ReplaceDeadAfter is how long a node stays down before the metadata
 	// leader moves its replicas elsewhere; 0 never moves them.
 	ReplaceDeadAfter time.Duration
+	// AutoCreateFabrics lets CreateStream create the tenant and fabric of
+	// a stream when they are missing; without it such a stream is refused
+	// (ErrTenantNotFound, ErrFabricNotFound), except in DefaultTenant,
+	// whose fabrics are created on first use.
+	AutoCreateFabrics bool
 	// ApplyTimeout bounds each metadata change. Default
 	// DefaultApplyTimeout.
 	ApplyTimeout time.Duration
@@ -348,6 +353,9 @@ func (s *Service) apply(ctx context.Context, e Entry) (Result, error) {
 	if !s.group.IsLeader() {
 		return Result{}, &NotLeaderError{LeaderID: s.Leader()}
 	}
+	if err := s.everyNodeReads(e.entryType().format()); err != nil {
+		return Result{}, err
+	}
 	data, err := Encode(e)
 	if err != nil {
 		return Result{}, err
@@ -363,4 +371,21 @@ func (s *Service) apply(ctx context.Context, e Entry) (Result, error) {
 		return Result{}, fmt.Errorf("meta: a %T entry answered %T", e, v)
 	}
 	return res, nil
+}
+
+// everyNodeReads returns ErrNotReady while a live node advertises an
+// older catalog format than format: it would stop at such an entry. A
+// node of an older version that is down now stops at the entry when it
+// comes back (upgrade it before): waiting for nodes that may never return
+// would hold the cluster back for ever.
+func (s *Service) everyNodeReads(format int) error {
+	if format <= 1 || s.cfg.Gossip == nil {
+		return nil
+	}
+	for _, m := range s.cfg.Gossip.Members() {
+		if m.State == cluster.MemberAlive && m.Catalog < format && m.ID != s.cfg.Self.ID {
+			return fmt.Errorf("%w: node %s runs a version without tenants and fabrics (version %q): upgrade every node first", ErrNotReady, m.ID, m.Version)
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,17 @@ func (g *fakeGossip) Members() []cluster.Member {
 }
 
 func (g *fakeGossip) Changed() <-chan struct{} { return g.changed }
+
+// setCatalog replaces the catalog format a member advertises.
+func (g *fakeGossip) setCatalog(id string, format int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range g.members {
+		if g.members[i].ID == id {
+			g.members[i].Catalog = format
+		}
+	}
+}
 
 // set replaces a member's state and wakes the watchers.
 func (g *fakeGossip) set(id string, state cluster.MemberState, since time.Time) {
@@ -126,7 +138,7 @@ func startServices(t *testing.T, lns []net.Listener, mod ...func(*Config)) ([]*t
 	var members []cluster.Member
 	for i, ln := range lns {
 		id := fmt.Sprintf("node-%d", i)
-		members = append(members, cluster.Member{NodeMeta: cluster.NodeMeta{ID: id, ClientAddr: ln.Addr().String(), RaftAddr: ln.Addr().String()}, State: cluster.MemberAlive})
+		members = append(members, cluster.Member{NodeMeta: cluster.NodeMeta{ID: id, ClientAddr: ln.Addr().String(), RaftAddr: ln.Addr().String(), Catalog: CatalogFormat}, State: cluster.MemberAlive})
 	}
 	g := newFakeGossip(members...)
 	root := t.TempDir()
@@ -207,7 +219,7 @@ func leaderOf(t *testing.T, svcs []*testService) *testService {
 func TestServiceAlone(t *testing.T) {
 	ln := listen(t)
 	s := startService(t, ln, "node-0", t.TempDir(), 1, newFakeGossip(cluster.Member{
-		NodeMeta: cluster.NodeMeta{ID: "node-0", ClientAddr: ln.Addr().String(), RaftAddr: ln.Addr().String()}, State: cluster.MemberAlive}))
+		NodeMeta: cluster.NodeMeta{ID: "node-0", ClientAddr: ln.Addr().String(), RaftAddr: ln.Addr().String(), Catalog: CatalogFormat}, State: cluster.MemberAlive}))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.WaitRegistered(ctx); err != nil {
@@ -215,9 +227,19 @@ func TestServiceAlone(t *testing.T) {
 	}
 	eventually(t, "the catalog to catch up", s.Current)
 	name := "persistent://t/f/s"
-	placement, err := s.CreateStream(ctx, StreamSpec{Name: name, Partitions: 2})
-	if err != nil || !slices.Equal(placement[1], []string{"node-0"}) {
+	tenancySteps(ctx, t, s.Service, name)
+	placement, err := s.CreateStream(ctx, StreamSpec{Name: name}) // the fabric's 2 partitions
+	if err != nil || len(placement) != 2 || !slices.Equal(placement[1], []string{"node-0"}) {
 		t.Fatalf("create: %v %v", placement, err)
+	}
+	if st, _ := s.Catalog().Stream(name); st.Retention.MessageTTLMs != 60_000 {
+		t.Fatalf("stream retention %+v, want the fabric's default", st.Retention)
+	}
+	if err := s.DeleteFabric(ctx, "t/f"); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("delete of a fabric with a stream: %v", err)
+	}
+	if err := s.DeleteTenant(ctx, "t"); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("delete of a tenant with a fabric: %v", err)
 	}
 	if _, err := s.CreateStream(ctx, StreamSpec{Name: name}); !errors.Is(err, ErrStreamExists) {
 		t.Fatalf("create again: %v", err)
@@ -263,6 +285,7 @@ func TestServiceRenewAndViews(t *testing.T) {
 		}
 		eventually(t, s.cfg.Self.ID+"'s catalog to catch up", s.Current)
 	}
+	mustFabric(ctx, t, leader.Service, "t/f")
 	if _, err := follower.CreateStream(ctx, StreamSpec{Name: "persistent://t/f/s", Replicas: 2}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("create on a follower: %v", err)
 	}
@@ -310,6 +333,7 @@ func TestServiceReplacesDeadNode(t *testing.T) {
 	defer cancel()
 	leader := leaderOf(t, svcs)
 	eventually(t, "four nodes registered", func() bool { return len(leader.Catalog().Nodes()) == 4 })
+	mustFabric(ctx, t, leader.Service, "t/f")
 	if _, err := leader.CreateStream(ctx, StreamSpec{Name: "persistent://t/f/s", Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -321,8 +345,9 @@ func TestServiceReplacesDeadNode(t *testing.T) {
 	g.set("node-2", cluster.MemberDead, time.Now().Add(-time.Hour))
 	live := []*testService{svcs[0], svcs[1], svcs[3]}
 	eventually(t, "the dead node's replica to move", func() bool {
-		st, _ := leaderOf(t, live).Catalog().Stream("persistent://t/f/s")
-		return slices.Equal(st.Placement[0], []string{"node-0", "node-1", "node-3"})
+		// A new leader may not have applied every entry yet.
+		st, ok := leaderOf(t, live).Catalog().Stream("persistent://t/f/s")
+		return ok && slices.Equal(st.Placement[0], []string{"node-0", "node-1", "node-3"})
 	})
 	st, _ = leaderOf(t, live).Catalog().Stream("persistent://t/f/s")
 	if m := st.Members(0); st.SinceOf(0, 2) == 0 || m[2] != fmt.Sprintf("node-3@%d", st.SinceOf(0, 2)) {
@@ -377,5 +402,97 @@ func TestServiceCatchesUpFromAnOlderLeader(t *testing.T) {
 	}
 	if err := follower.AskRenewal(ctx, "persistent://t/f/s", follower.cfg.Self.ID); !errors.Is(err, errOlderNode) {
 		t.Fatalf("a renewal asked of an older leader: %v", err)
+	}
+}
+
+// mustFabric creates a tenant and its fabric.
+func mustFabric(ctx context.Context, t *testing.T, s *Service, fabric string) {
+	t.Helper()
+	tenant, _, _ := strings.Cut(fabric, "/")
+	if err := s.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateFabric(ctx, FabricSpec{Name: fabric}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tenancySteps walks a lone service through the rules of tenants and
+// fabrics, up to creating the fabric of stream (tenant t, fabric t/f)
+// with defaults of 2 partitions and a one-minute message TTL.
+func tenancySteps(ctx context.Context, t *testing.T, s *Service, stream string) {
+	t.Helper()
+	if _, err := s.CreateStream(ctx, StreamSpec{Name: stream}); !errors.Is(err, ErrTenantNotFound) {
+		t.Fatalf("a stream of a missing tenant: %v", err)
+	}
+	if err := s.CreateFabric(ctx, FabricSpec{Name: "t/f"}); !errors.Is(err, ErrTenantNotFound) {
+		t.Fatalf("a fabric of a missing tenant: %v", err)
+	}
+	if err := s.CreateTenant(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTenant(ctx, "t"); !errors.Is(err, ErrTenantExists) {
+		t.Fatalf("the tenant again: %v", err)
+	}
+	if _, err := s.CreateStream(ctx, StreamSpec{Name: stream}); !errors.Is(err, ErrFabricNotFound) {
+		t.Fatalf("a stream of a missing fabric: %v", err)
+	}
+	for _, bad := range []FabricSpec{
+		{Name: "t"}, {Name: "t/f", Regions: []string{"eu west"}}, {Name: "t/f", Defaults: StreamDefaults{Partitions: 5000}},
+	} {
+		if err := s.CreateFabric(ctx, bad); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("fabric %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	spec := FabricSpec{Name: "persistent://t/f", Regions: []string{"us", "eu", "us"},
+		Defaults: StreamDefaults{Partitions: 2, Retention: Retention{MessageTTLMs: 60_000}}}
+	if err := s.CreateFabric(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateFabric(ctx, spec); !errors.Is(err, ErrFabricExists) {
+		t.Fatalf("the fabric again: %v", err)
+	}
+	if f, ok := s.Catalog().Fabric("t/f"); !ok || !slices.Equal(f.Regions, []string{"eu", "us"}) {
+		t.Fatalf("fabric t/f is %+v (%v), want regions eu, us", f, ok)
+	}
+	// public/default exists from the start and stays; other fabrics of
+	// public come on first use.
+	eventually(t, "the default fabric", func() bool { _, ok := s.Catalog().Fabric("public/default"); return ok })
+	if err := s.DeleteFabric(ctx, "public/default"); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("delete of public/default: %v", err)
+	}
+	if err := s.DeleteTenant(ctx, "public"); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("delete of public: %v", err)
+	}
+	if _, err := s.CreateStream(ctx, StreamSpec{Name: "persistent://public/scratch/x"}); err != nil {
+		t.Fatalf("a stream of a new fabric of public: %v", err)
+	}
+	if _, ok := s.Catalog().Fabric("public/scratch"); !ok {
+		t.Fatal("fabric public/scratch was not made on first use")
+	}
+}
+
+// A rolling upgrade: while a live node advertises a catalog format older
+// than tenants and fabrics, the leader writes none of their entries (that
+// node would stop at them); once it reads them, it does.
+func TestNewEntriesWaitForEveryNode(t *testing.T) {
+	svcs, g := startServices(t, []net.Listener{listen(t), listen(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	leader := leaderOf(t, svcs)
+	old := svcs[0]
+	if old == leader {
+		old = svcs[1]
+	}
+	g.setCatalog(old.cfg.Self.ID, 0)
+	if err := leader.CreateTenant(ctx, "acme"); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), old.cfg.Self.ID) {
+		t.Fatalf("a tenant while %s reads no tenants: %v", old.cfg.Self.ID, err)
+	}
+	if leader.Catalog().Tenant("acme") {
+		t.Fatal("the refused tenant was written")
+	}
+	g.setCatalog(old.cfg.Self.ID, CatalogFormat)
+	if err := leader.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
 	}
 }

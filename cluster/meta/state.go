@@ -128,16 +128,46 @@ func MemberIndex(member string) uint64 {
 	return v
 }
 
+// Tenant is a tenant: the owner of fabrics.
+type Tenant struct {
+	Name string `msgpack:"n"`
+}
+
+// Fabric is a tenant's geofabric: the regions its streams may use and the
+// defaults of the streams created in it.
+type Fabric struct {
+	Name string `msgpack:"n"` // TENANT/FABRIC
+	// Regions lists the regions the fabric spans, sorted; empty means
+	// every region of the cluster.
+	Regions []string `msgpack:"g,omitempty"`
+	// Defaults are what a stream created in the fabric without saying
+	// otherwise gets.
+	Defaults StreamDefaults `msgpack:"d"`
+}
+
+// StreamDefaults are a fabric's defaults for its new streams; zero
+// fields mean the cluster's (one partition, one replica, no retention).
+type StreamDefaults struct {
+	Partitions int       `msgpack:"p,omitempty"`
+	Replicas   int       `msgpack:"r,omitempty"`
+	Retention  Retention `msgpack:"rt"`
+}
+
 // state is the catalog's content, and its snapshot's format: a msgpack map
 // with sorted keys.
 type state struct {
 	Nodes   map[string]Node    `msgpack:"nodes"`
 	Streams map[string]*Stream `msgpack:"streams"`
+	// Tenants and Fabrics (by TENANT/FABRIC) always hold the tenant and
+	// fabric of every stream: a stream created in a fabric the catalog
+	// did not have (by a version without fabrics) brings it along.
+	Tenants map[string]Tenant `msgpack:"tenants,omitempty"`
+	Fabrics map[string]Fabric `msgpack:"fabrics,omitempty"`
 	// Applied is the Raft index of the last entry applied: two catalogs
 	// with the same Applied are the same.
 	Applied uint64 `msgpack:"applied,omitempty"`
 }
 
 func newState() state {
-	return state{Nodes: map[string]Node{}, Streams: map[string]*Stream{}}
+	return state{Nodes: map[string]Node{}, Streams: map[string]*Stream{}, Tenants: map[string]Tenant{}, Fabrics: map[string]Fabric{}}
 }

@@ -36,6 +36,11 @@ up; with consumer_backlog_eviction the oldest backlog is acknowledged on
 the slowest subscriptions' behalf. --message-ttl acknowledges, on every
 subscription, messages published longer ago than it.
 
+Partitions, replicas and a retention policy left out come from the stream's
+fabric (fabric create sets them), or are 1, 1 and no retention. The fabric
+must exist (fabric create), except public/default and other fabrics of
+the tenant public, which are made on first use.
+
 Sizes take B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers
 of 1024); durations take Go's units (s, m, h) and d, w.`,
 		Example: `  fabriq stream create persistent://acme/prod/orders --partitions 4 --replicas 3
@@ -43,21 +48,30 @@ of 1024); durations take Go's units (s, m, h) and d, w.`,
   fabriq stream create persistent://acme/prod/events --backlog-quota-size 10GiB --backlog-quota-policy consumer_backlog_eviction --message-ttl 24h`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			policy, err := rf.policy()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client.Client) error {
-				if err := c.CreateStream(cmd.Context(), args[0], partitions, replicas, client.WithRetention(policy)); err != nil {
+			var opts []client.StreamOption
+			if rf.changed(cmd) {
+				policy, err := rf.policy()
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "created %s with %d partition(s), %d replica(s) each\n", args[0], partitions, replicas)
+				opts = append(opts, client.WithRetention(policy))
+			}
+			return a.withClient(func(c *client.Client) error {
+				if err := c.CreateStream(cmd.Context(), args[0], partitions, replicas, opts...); err != nil {
+					return err
+				}
+				info, err := c.DescribeStreamLocal(cmd.Context(), args[0])
+				if err != nil {
+					fmt.Fprintf(a.stdout, "created %s\n", args[0])
+					return nil
+				}
+				fmt.Fprintf(a.stdout, "created %s with %d partition(s), %d replica(s) each\n", info.Stream, len(info.Partitions), info.Replicas)
 				return nil
 			})
 		},
 	}
-	create.Flags().IntVarP(&partitions, "partitions", "p", 1, "number of partitions")
-	create.Flags().IntVarP(&replicas, "replicas", "r", 1, "replicas of each partition")
+	create.Flags().IntVarP(&partitions, "partitions", "p", 0, "number of partitions (default: the fabric's, or 1)")
+	create.Flags().IntVarP(&replicas, "replicas", "r", 0, "replicas of each partition (default: the fabric's, or 1)")
 	rf.register(create)
 
 	var srf retentionFlags
@@ -205,6 +219,16 @@ func (f *retentionFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.quota, "backlog-quota-size", "", "bound on a partition's unacknowledged backlog, in bytes (e.g. 10GiB); none by default")
 	cmd.Flags().StringVar(&f.quotaPolicy, "backlog-quota-policy", "producer_exception", "over the backlog quota: producer_exception (refuse sends) or consumer_backlog_eviction (drop the oldest backlog)")
 	cmd.Flags().StringVar(&f.ttl, "message-ttl", "", "acknowledge messages older than this on every subscription's behalf (e.g. 1h); none by default")
+}
+
+// changed reports whether any retention flag was given.
+func (f *retentionFlags) changed(cmd *cobra.Command) bool {
+	for _, name := range []string{"retention-time", "retention-size", "backlog-quota-size", "backlog-quota-policy", "message-ttl"} {
+		if cmd.Flags().Changed(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // policy turns the flags into a stream's policy.

@@ -47,6 +47,8 @@ type options struct {
 	segmentBytes    sizeFlag
 	retentionEvery  time.Duration
 	replaceDead     time.Duration
+	autoCreate      bool
+	autoFabrics     bool
 	raftHeartbeat   time.Duration
 	raftSnapshots   broker.RaftSnapshots
 	subs            broker.SubscriptionLimits
@@ -96,6 +98,8 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
+	f.BoolVar(&o.autoCreate, "auto-create", true, "create a stream on the first produce or subscribe to it, with its fabric's defaults (--auto-create=false: refuse with StreamNotFound)")
+	f.BoolVar(&o.autoFabrics, "auto-create-fabrics", false, "also create a missing tenant and fabric when a stream is created in them (without it only the tenant public gets new fabrics that way)")
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	d := broker.DefaultSubscriptionLimits()
 	f.DurationVar(&o.subs.ReconnectGrace, "reconnect-grace", d.ReconnectGrace, "after a partition leader change, how long consumers keep their roles (failover master, key_shared hashes) while they reconnect")
@@ -148,6 +152,8 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		SegmentBytes:      int64(o.segmentBytes),
 		RetentionInterval: o.retentionEvery,
 		ReplaceDeadAfter:  o.replaceDead,
+		NoAutoCreate:      !o.autoCreate,
+		AutoCreateFabrics: o.autoFabrics,
 		Raft:              broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
 		RaftSnapshots:     o.raftSnapshots,
 		Subscriptions:     o.subs,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -35,22 +36,44 @@ type Workload struct {
 	FirstProcess int
 }
 
-// Create makes the workload's stream (3 replicas), retrying while the
-// cluster settles.
+// Create makes the workload's stream (3 replicas), and its tenant and
+// fabric, retrying while the cluster settles.
 func (w Workload) Create(ctx context.Context, url string) error {
 	c, err := client.New(client.Options{URL: url, OperationTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	st, err := geofabric.ParseStream(w.Stream)
+	if err != nil {
+		return err
+	}
+	steps := []struct {
+		do     func() error
+		exists transport.ErrorCode
+	}{
+		{func() error { return c.CreateTenant(ctx, st.Tenant) }, transport.CodeTenantExists},
+		{func() error { return c.CreateFabric(ctx, st.FabricName(), client.FabricOptions{}) }, transport.CodeFabricExists},
+		{func() error { return c.CreateStream(ctx, w.Stream, w.Partitions, 3) }, transport.CodeStreamExists},
+	}
+	for _, step := range steps {
+		if err := retryUntil(ctx, w.Stream, step.do, step.exists); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retryUntil runs do until it succeeds or fails with exists.
+func retryUntil(ctx context.Context, stream string, do func() error, exists transport.ErrorCode) error {
 	for {
-		err := c.CreateStream(ctx, w.Stream, w.Partitions, 3)
-		if err == nil || transport.CodeOf(err) == transport.CodeStreamExists {
+		err := do()
+		if err == nil || transport.CodeOf(err) == exists {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("create %s: %w", w.Stream, err)
+			return fmt.Errorf("create %s: %w", stream, err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

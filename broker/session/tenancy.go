@@ -1,0 +1,43 @@
+package session
+
+import (
+	"context"
+
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// tenancy serves the requests about tenants and fabrics; it reports
+// whether cmd was one.
+func (s *Session) tenancy(cmd transport.Command) bool {
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	switch c := cmd.(type) {
+	case *transport.CreateTenant:
+		s.answer(c.RequestID, s.node.CreateTenant(ctx, c.Tenant))
+	case *transport.DeleteTenant:
+		s.answer(c.RequestID, s.node.DeleteTenant(ctx, c.Tenant))
+	case *transport.ListTenants:
+		s.reply(&transport.ListTenantsResult{RequestID: c.RequestID, Tenants: s.node.Tenants()})
+	case *transport.CreateFabric:
+		s.answer(c.RequestID, s.node.CreateFabric(ctx, c))
+	case *transport.DeleteFabric:
+		s.answer(c.RequestID, s.node.DeleteFabric(ctx, c.Fabric))
+	case *transport.ListFabrics:
+		fabrics, err := s.node.Fabrics(c.Tenant)
+		if err != nil {
+			s.replyErr(c.RequestID, err)
+			break
+		}
+		s.reply(&transport.ListFabricsResult{RequestID: c.RequestID, Fabrics: fabrics})
+	case *transport.DescribeFabric:
+		info, err := s.node.DescribeFabric(c.Fabric)
+		if err != nil {
+			s.replyErr(c.RequestID, err)
+			break
+		}
+		s.reply(&transport.DescribeFabricResult{RequestID: c.RequestID, Info: info})
+	default:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,91 @@
+package meta
+
+import (
+	"strings"
+
+	"github.com/fabriq-io/fabriq/geofabric"
+)
+
+func (s *state) createTenant(_ uint64, e CreateTenant) bool {
+	if _, ok := s.Tenants[e.Name]; ok {
+		return false
+	}
+	s.Tenants[e.Name] = Tenant(e)
+	return true
+}
+
+// deleteTenant deletes a tenant without fabrics.
+func (s *state) deleteTenant(_ uint64, e DeleteTenant) bool {
+	if _, ok := s.Tenants[e.Name]; !ok || s.tenantHasFabrics(e.Name) {
+		return false
+	}
+	delete(s.Tenants, e.Name)
+	return true
+}
+
+// createFabric creates a fabric of an existing tenant.
+func (s *state) createFabric(_ uint64, e CreateFabric) bool {
+	tenant, _, _ := strings.Cut(e.Name, "/")
+	if _, ok := s.Tenants[tenant]; !ok {
+		return false
+	}
+	if _, ok := s.Fabrics[e.Name]; ok {
+		return false
+	}
+	s.Fabrics[e.Name] = Fabric(e)
+	return true
+}
+
+// deleteFabric deletes a fabric without streams.
+func (s *state) deleteFabric(_ uint64, e DeleteFabric) bool {
+	if _, ok := s.Fabrics[e.Name]; !ok || s.fabricHasStreams(e.Name) {
+		return false
+	}
+	delete(s.Fabrics, e.Name)
+	return true
+}
+
+func (s *state) tenantHasFabrics(tenant string) bool {
+	for name := range s.Fabrics {
+		if t, _, _ := strings.Cut(name, "/"); t == tenant {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *state) fabricHasStreams(fabric string) bool {
+	for name := range s.Streams {
+		if fabricOf(name) == fabric {
+			return true
+		}
+	}
+	return false
+}
+
+// fabricOf returns TENANT/FABRIC of a full stream name, or "" for a name
+// that does not parse.
+func fabricOf(stream string) string {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
+		return ""
+	}
+	return st.FabricName()
+}
+
+// adopt adds the tenant and fabric of a stream when the catalog lacks
+// them: streams created by versions without fabrics, in their log or in
+// their snapshot, bring theirs along, with no regions (every region) and
+// no defaults.
+func (s *state) adopt(stream string) {
+	st, err := geofabric.ParseStream(stream)
+	if err != nil {
+		return
+	}
+	if _, ok := s.Tenants[st.Tenant]; !ok {
+		s.Tenants[st.Tenant] = Tenant{Name: st.Tenant}
+	}
+	if _, ok := s.Fabrics[st.FabricName()]; !ok {
+		s.Fabrics[st.FabricName()] = Fabric{Name: st.FabricName()}
+	}
+}

@@ -1,0 +1,119 @@
+package transport
+
+// CreateTenant creates a tenant.
+type CreateTenant struct {
+	RequestID uint64 `msgpack:"r"`
+	Tenant    string `msgpack:"t"`
+}
+
+// DeleteTenant deletes a tenant; refused (NotEmpty) while it has fabrics.
+type DeleteTenant struct {
+	RequestID uint64 `msgpack:"r"`
+	Tenant    string `msgpack:"t"`
+}
+
+// ListTenants lists the tenants.
+type ListTenants struct {
+	RequestID uint64 `msgpack:"r"`
+}
+
+// ListTenantsResult answers ListTenants, sorted.
+type ListTenantsResult struct {
+	RequestID uint64   `msgpack:"r"`
+	Tenants   []string `msgpack:"t"`
+}
+
+// CreateFabric creates a fabric of an existing tenant: TENANT/FABRIC, the
+// regions its streams may use (none is every region) and the defaults of
+// the streams created in it.
+type CreateFabric struct {
+	RequestID uint64         `msgpack:"r"`
+	Fabric    string         `msgpack:"f"`
+	Regions   []string       `msgpack:"g,omitempty"`
+	Defaults  StreamDefaults `msgpack:"d"`
+}
+
+// StreamDefaults are a fabric's defaults for the streams created in it
+// without saying otherwise; zero is the cluster's (one partition, one
+// replica, no retention).
+type StreamDefaults struct {
+	Partitions int32            `msgpack:"p,omitempty" json:"partitions,omitempty"`
+	Replicas   int32            `msgpack:"rf,omitempty" json:"replicas,omitempty"`
+	Retention  *RetentionPolicy `msgpack:"rp,omitempty" json:"retention,omitempty"`
+}
+
+// DeleteFabric deletes a fabric; refused (NotEmpty) while it has streams.
+type DeleteFabric struct {
+	RequestID uint64 `msgpack:"r"`
+	Fabric    string `msgpack:"f"`
+}
+
+// ListFabrics lists a tenant's fabrics.
+type ListFabrics struct {
+	RequestID uint64 `msgpack:"r"`
+	Tenant    string `msgpack:"t"`
+}
+
+// ListFabricsResult answers ListFabrics, by name.
+type ListFabricsResult struct {
+	RequestID uint64       `msgpack:"r"`
+	Fabrics   []FabricInfo `msgpack:"f"`
+}
+
+// DescribeFabric asks for one fabric.
+type DescribeFabric struct {
+	RequestID uint64 `msgpack:"r"`
+	Fabric    string `msgpack:"f"`
+}
+
+// DescribeFabricResult answers DescribeFabric.
+type DescribeFabricResult struct {
+	RequestID uint64     `msgpack:"r"`
+	Info      FabricInfo `msgpack:"i"`
+}
+
+// FabricInfo describes a fabric.
+type FabricInfo struct {
+	Fabric   string         `msgpack:"f" json:"fabric"`
+	Regions  []string       `msgpack:"g,omitempty" json:"regions"`
+	Defaults StreamDefaults `msgpack:"d" json:"defaults"`
+	Streams  int32          `msgpack:"s" json:"streams"` // how many streams it holds
+}
+
+func (*CreateTenant) Type() CommandType         { return TypeCreateTenant }
+func (*DeleteTenant) Type() CommandType         { return TypeDeleteTenant }
+func (*ListTenants) Type() CommandType          { return TypeListTenants }
+func (*ListTenantsResult) Type() CommandType    { return TypeListTenantsResult }
+func (*CreateFabric) Type() CommandType         { return TypeCreateFabric }
+func (*DeleteFabric) Type() CommandType         { return TypeDeleteFabric }
+func (*ListFabrics) Type() CommandType          { return TypeListFabrics }
+func (*ListFabricsResult) Type() CommandType    { return TypeListFabricsResult }
+func (*DescribeFabric) Type() CommandType       { return TypeDescribeFabric }
+func (*DescribeFabricResult) Type() CommandType { return TypeDescribeFabricResult }
+
+// newTenancyCommand returns a new command of one of the types above.
+func newTenancyCommand(t CommandType) Command {
+	switch t {
+	case TypeCreateTenant:
+		return new(CreateTenant)
+	case TypeDeleteTenant:
+		return new(DeleteTenant)
+	case TypeListTenants:
+		return new(ListTenants)
+	case TypeListTenantsResult:
+		return new(ListTenantsResult)
+	case TypeCreateFabric:
+		return new(CreateFabric)
+	case TypeDeleteFabric:
+		return new(DeleteFabric)
+	case TypeListFabrics:
+		return new(ListFabrics)
+	case TypeListFabricsResult:
+		return new(ListFabricsResult)
+	case TypeDescribeFabric:
+		return new(DescribeFabric)
+	case TypeDescribeFabricResult:
+		return new(DescribeFabricResult)
+	}
+	return nil
+}
