@@ -34,8 +34,8 @@ func (h sessionNode) Partitions(ctx context.Context, stream string) (int, error)
 	return sm.Partitions, err
 }
 
-func (h sessionNode) CreateStream(ctx context.Context, name string, partitions, replicas int, retention *transport.RetentionPolicy) error {
-	return h.n.createStream(ctx, name, partitions, replicas, retention)
+func (h sessionNode) CreateStream(ctx context.Context, c *transport.CreateStream) error {
+	return h.n.createStream(ctx, c)
 }
 
 func (h sessionNode) DeleteStream(ctx context.Context, name string, force bool) error {
@@ -133,20 +133,21 @@ func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 
 // createStream records a stream with its retention policy in the metadata
 // group and waits until its partitions on this node have leaders.
-func (n *Node) createStream(ctx context.Context, name string, partitions, replicas int, retention *transport.RetentionPolicy) error {
-	st, err := geofabric.ParseStream(name)
+func (n *Node) createStream(ctx context.Context, c *transport.CreateStream) error {
+	st, err := geofabric.ParseStream(c.Stream)
 	if err != nil {
 		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	if !n.control.IsLeader() {
 		return n.metaNotLeader(n.control.Leader())
 	}
-	spec := meta.StreamSpec{Name: st.String(), Partitions: partitions, Replicas: replicas}
-	if retention != nil {
-		if err := validRetention(*retention); err != nil {
+	spec := meta.StreamSpec{Name: st.String(), Partitions: int(c.Partitions), Replicas: int(c.Replicas),
+		Local: c.Local, LeaderRegion: c.LeaderRegion}
+	if c.Retention != nil {
+		if err := validRetention(*c.Retention); err != nil {
 			return wire.Errorf(transport.CodeInvalidArgument, "%v", err)
 		}
-		r := retentionFromWire(*retention)
+		r := retentionFromWire(*c.Retention)
 		spec.Retention = &r
 	}
 	placement, err := n.control.CreateStream(ctx, spec)
@@ -235,7 +236,8 @@ func (n *Node) describeStream(name string, only *int32) (transport.StreamInfo, e
 	if err != nil {
 		return transport.StreamInfo{}, err
 	}
-	info := transport.StreamInfo{Stream: sm.Name, Replicas: int32(sm.Replicas), Retention: retentionToWire(sm.Retention)}
+	info := transport.StreamInfo{Stream: sm.Name, Replicas: int32(sm.Replicas), Retention: retentionToWire(sm.Retention),
+		Local: sm.Local, LeaderRegion: sm.LeaderRegion}
 	if only != nil && (*only < 0 || int(*only) >= sm.Partitions) {
 		return transport.StreamInfo{}, wire.Errorf(transport.CodeInvalidArgument, "stream %s has partitions 0..%d, not %d", sm.Name, sm.Partitions-1, *only)
 	}
@@ -248,7 +250,7 @@ func (n *Node) describeStream(name string, only *int32) (transport.StreamInfo, e
 				return transport.StreamInfo{}, err
 			}
 		}
-		pi := transport.PartitionInfo{Partition: int32(i), Replicas: sm.Placement[i], Subscriptions: []transport.SubscriptionInfo{}}
+		pi := transport.PartitionInfo{Partition: int32(i), Replicas: sm.Placement[i], Regions: n.regionsOf(sm.Placement[i]), Subscriptions: []transport.SubscriptionInfo{}}
 		if lp, ok := n.partition(p.String()); ok {
 			id, _ := lp.group.Leader()
 			pi.Leader = meta.NodeOf(id)
@@ -261,6 +263,22 @@ func (n *Node) describeStream(name string, only *int32) (transport.StreamInfo, e
 		info.Partitions = append(info.Partitions, pi)
 	}
 	return info, nil
+}
+
+// regionsOf returns the regions of nodes, as the catalog has them; nil
+// when none has a region.
+func (n *Node) regionsOf(nodes []string) []string {
+	out := make([]string, len(nodes))
+	known := false
+	for i, id := range nodes {
+		if info, ok := n.catalog.Node(id); ok && info.Region != "" {
+			out[i], known = info.Region, true
+		}
+	}
+	if !known {
+		return nil
+	}
+	return out
 }
 
 // status reports the cluster as this node sees it: nodes with their state,

@@ -15,7 +15,7 @@ import (
 // defaults; neither is deleted while it holds anything, and public with
 // public/default is there from the start.
 func TestTenantsAndFabrics(t *testing.T) {
-	n := startNode(t, t.TempDir())
+	n := startNodeWith(t, t.TempDir(), func(c *broker.Config) { c.Region = "eu-west" })
 	c := newClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -65,8 +65,23 @@ func WithRetention(p RetentionPolicy) StreamOption {
 	return func(c *transport.CreateStream) { c.Retention = &p }
 }
 
+// WithLocal makes a local stream: every replica in region, one of its
+// fabric's. Without it a stream is global: its replicas spread over its
+// fabric's regions.
+func WithLocal(region string) StreamOption {
+	return func(c *transport.CreateStream) { c.Local = region }
+}
+
+// WithLeaderRegion says where the stream's partitions should be led:
+// leadership moves to a replica there, and repair keeps one there, so
+// that producers of that region wait on one round trip between regions,
+// not two.
+func WithLeaderRegion(region string) StreamOption {
+	return func(c *transport.CreateStream) { c.LeaderRegion = region }
+}
+
 // CreateStream creates a stream with partitions partitions, each
-// replicated on replicas nodes.
+// replicated on replicas nodes; zero takes the fabric's default.
 func (c *Client) CreateStream(ctx context.Context, stream string, partitions, replicas int, opts ...StreamOption) error {
 	st, err := geofabric.ParseStream(stream)
 	if err != nil {
@@ -77,7 +92,8 @@ func (c *Client) CreateStream(ctx context.Context, stream string, partitions, re
 		opt(&o)
 	}
 	_, err = c.admin(ctx, func(id uint64) transport.Command {
-		return &transport.CreateStream{RequestID: id, Stream: st.String(), Partitions: int32(partitions), Replicas: int32(replicas), Retention: o.Retention}
+		return &transport.CreateStream{RequestID: id, Stream: st.String(), Partitions: int32(partitions), Replicas: int32(replicas),
+			Retention: o.Retention, Local: o.Local, LeaderRegion: o.LeaderRegion}
 	})
 	return err
 }

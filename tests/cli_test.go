@@ -298,7 +298,7 @@ func TestCLIShortNamesOnFirstUse(t *testing.T) {
 // The tenant and fabric commands, and a fabric's defaults taken by stream
 // create.
 func TestCLITenantsAndFabrics(t *testing.T) {
-	url := startNode(t, "n1", t.TempDir()).url()
+	url := startNode(t, "n1", t.TempDir(), "--region", "eu-west").url()
 	run := func(args ...string) string {
 		t.Helper()
 		out, errOut, code := fabriqCLI(t, url, "", args...)

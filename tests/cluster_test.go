@@ -45,6 +45,13 @@ func startCluster(t testing.TB, n int, extra ...string) []*clusterNode {
 // gossip, node i with its data in dirs[i].
 func startClusterIn(t testing.TB, dirs []string, extra ...string) []*clusterNode {
 	t.Helper()
+	return startClusterPer(t, dirs, nil, extra...)
+}
+
+// startClusterPer is startClusterIn with perNode(i) added to node i's
+// arguments.
+func startClusterPer(t testing.TB, dirs []string, perNode func(i int) []string, extra ...string) []*clusterNode {
+	t.Helper()
 	n := len(dirs)
 	gossip := make([]string, n)
 	for i := range gossip {
@@ -58,6 +65,9 @@ func startClusterIn(t testing.TB, dirs []string, extra ...string) []*clusterNode
 			"--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n],
 		}
 		cn.args = append(cn.args, extra...)
+		if perNode != nil {
+			cn.args = append(cn.args, perNode(i)...)
+		}
 		cn.node = launch(t, cn.id, cn.dir, cn.args...)
 		nodes[i] = cn
 	}

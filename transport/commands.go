@@ -325,8 +325,13 @@ type CreateStream struct {
 	Partitions int32  `msgpack:"p"`
 	Replicas   int32  `msgpack:"rf"`
 	// Retention is the stream's retention, backlog quota and message TTL
-	// policy; nil is the default (RetentionPolicy's zero value).
+	// policy; nil is the fabric's default.
 	Retention *RetentionPolicy `msgpack:"rp,omitempty"`
+	// Local makes a local stream, every replica in this region; empty
+	// makes a global stream, spread over its fabric's regions.
+	Local string `msgpack:"lo,omitempty"`
+	// LeaderRegion is where the stream's partitions should be led.
+	LeaderRegion string `msgpack:"lr,omitempty"`
 }
 
 // BacklogQuotaPolicy is what a partition does when a subscription's
@@ -435,6 +440,10 @@ type StreamInfo struct {
 	Partitions []PartitionInfo `msgpack:"p" json:"partitions"`
 	// Retention is the stream's policy.
 	Retention RetentionPolicy `msgpack:"rp,omitempty" json:"retention"`
+	// Local is a local stream's region; LeaderRegion where its
+	// partitions should be led.
+	Local        string `msgpack:"lo,omitempty" json:"local,omitempty"`
+	LeaderRegion string `msgpack:"lr,omitempty" json:"leader_region,omitempty"`
 }
 
 // PartitionInfo describes one partition of a stream.
@@ -442,6 +451,8 @@ type PartitionInfo struct {
 	Partition int32    `msgpack:"n" json:"partition"`
 	Leader    string   `msgpack:"l" json:"leader"`
 	Replicas  []string `msgpack:"r" json:"replicas"`
+	// Regions are the replicas' regions, as Replicas.
+	Regions []string `msgpack:"g,omitempty" json:"regions,omitempty"`
 	// Members is the partition's Raft configuration as the answering
 	// node's replica knows it, once committed: server ids, NODE or
 	// NODE@INDEX for a replica placed by a move or renewed after damage

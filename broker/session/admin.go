@@ -35,7 +35,7 @@ func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
 func (s *Session) createStream(c *transport.CreateStream) {
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	s.answer(c.RequestID, s.node.CreateStream(ctx, c.Stream, int(c.Partitions), int(c.Replicas), c.Retention))
+	s.answer(c.RequestID, s.node.CreateStream(ctx, c))
 }
 
 func (s *Session) deleteStream(c *transport.DeleteStream) {

@@ -44,7 +44,7 @@ type Node interface {
 	Partitions(ctx context.Context, stream string) (int, error)
 	// CreateStream creates a stream and waits until its partitions on
 	// this node have leaders.
-	CreateStream(ctx context.Context, stream string, partitions, replicas int, retention *transport.RetentionPolicy) error
+	CreateStream(ctx context.Context, c *transport.CreateStream) error
 	// DeleteStream deletes a stream; without force, not while producers
 	// or consumers are attached to its partitions on this node.
 	DeleteStream(ctx context.Context, stream string, force bool) error

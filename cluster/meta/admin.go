@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 )
@@ -19,6 +22,13 @@ type StreamSpec struct {
 	// Fabrics creates the stream's tenant and fabric when they are
 	// missing, as Config.AutoCreateFabrics does for every stream.
 	Fabrics bool
+	// Local makes a local stream: every replica in this region, which
+	// must be one of the fabric's. Empty makes a global stream, spread
+	// over the fabric's regions.
+	Local string
+	// LeaderRegion is where the stream's partitions should be led; it
+	// must be a region the stream's replicas may use.
+	LeaderRegion string
 }
 
 // CreateStream places a new stream's partitions on the registered nodes
@@ -52,11 +62,16 @@ func (s *Service) CreateStream(ctx context.Context, spec StreamSpec) ([][]string
 	if err := geofabric.ValidatePartitions(partitions); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	placement, err := Place(s.catalog.Nodes(), Load(s.catalog.Streams()), partitions, replicas)
+	spread, err := streamSpread(spec, f)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.apply(ctx, CreateStream{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement, Retention: retention})
+	placement, err := Place(s.placeable(), Load(s.catalog.Streams()), partitions, replicas, spread)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.apply(ctx, CreateStream{Name: st.String(), Partitions: partitions, Replicas: replicas, Placement: placement,
+		Retention: retention, Local: spec.Local, LeaderRegion: spec.LeaderRegion})
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +79,38 @@ func (s *Service) CreateStream(ctx context.Context, spec StreamSpec) ([][]string
 		return nil, fmt.Errorf("%w: %s", ErrStreamExists, st)
 	}
 	return placement, nil
+}
+
+// streamSpread checks a new stream's regions against its fabric's and
+// returns where its replicas may go.
+func streamSpread(spec StreamSpec, f Fabric) (Spread, error) {
+	for _, r := range []string{spec.Local, spec.LeaderRegion} {
+		if r == "" {
+			continue
+		}
+		if err := geofabric.CheckRegion(r); err != nil {
+			return Spread{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	if spec.Local != "" && len(f.Regions) > 0 && !slices.Contains(f.Regions, spec.Local) {
+		return Spread{}, fmt.Errorf("%w: region %s is not one of fabric %s's (%s)", ErrInvalid, spec.Local, f.Name, strings.Join(f.Regions, ", "))
+	}
+	spread := SpreadOf(Stream{Local: spec.Local, LeaderRegion: spec.LeaderRegion}, f.Regions)
+	if spec.LeaderRegion != "" && !spread.allows(spec.LeaderRegion) {
+		return Spread{}, fmt.Errorf("%w: the leader region %s is not a region the stream's replicas may use (%s)", ErrInvalid, spec.LeaderRegion, spread.where())
+	}
+	return spread, nil
+}
+
+// placeable returns the registered nodes that gossip does not see down:
+// a new stream's replicas go to nodes that can take them now.
+func (s *Service) placeable() []Node {
+	nodes := s.catalog.Nodes()
+	if s.cfg.Gossip == nil {
+		return nodes
+	}
+	dead := DeadNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID, time.Now(), 0)
+	return slices.DeleteFunc(nodes, func(n Node) bool { return dead[n.ID] })
 }
 
 // DeleteStream deletes a stream, as the metadata leader. Deleting a

@@ -45,13 +45,15 @@ func (s *state) createStream(index uint64, e CreateStream) bool {
 		return false
 	}
 	s.Streams[e.Name] = &Stream{
-		Epoch:      index,
-		Name:       e.Name,
-		Partitions: e.Partitions,
-		Replicas:   e.Replicas,
-		Placement:  e.Placement,
-		Initial:    e.Placement,
-		Retention:  e.Retention,
+		Epoch:        index,
+		Name:         e.Name,
+		Partitions:   e.Partitions,
+		Replicas:     e.Replicas,
+		Placement:    e.Placement,
+		Initial:      e.Placement,
+		Retention:    e.Retention,
+		Local:        e.Local,
+		LeaderRegion: e.LeaderRegion,
 	}
 	s.adopt(e.Name)
 	return true

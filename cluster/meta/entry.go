@@ -34,6 +34,15 @@ const (
 // node reads it, so that a rolling upgrade never stops an older node.
 const CatalogFormat = 2
 
+// entryFormat returns the catalog format an entry needs: its type's, or
+// more for an entry of an older type that carries newer fields.
+func entryFormat(e Entry) int {
+	if c, ok := e.(CreateStream); ok && (c.Local != "" || c.LeaderRegion != "") {
+		return 2
+	}
+	return e.entryType().format()
+}
+
 // format returns the catalog format that brought type t.
 func (t Type) format() int {
 	if t&^IgnoreUnknownTypeFlag >= TypeCreateTenant {
@@ -75,6 +84,9 @@ type CreateStream struct {
 	Replicas   int        `msgpack:"r"`  // the replication factor
 	Placement  [][]string `msgpack:"pl"` // per partition, its replicas' nodes
 	Retention  Retention  `msgpack:"rt"` // the retention policy
+	// Local and LeaderRegion are Stream's (catalog format 2).
+	Local        string `msgpack:"lo,omitempty"`
+	LeaderRegion string `msgpack:"lr,omitempty"`
 }
 
 // DeleteStream deletes a stream.

@@ -198,8 +198,13 @@ func (s *Service) replaceDead() {
 // least loaded live node, and counts it in load. It reports false when
 // the metadata group failed: the round ends.
 func (s *Service) move(ctx context.Context, r Repair, live []string, load map[string]int) bool {
+	regionOf := map[string]string{}
+	for _, n := range s.catalog.Nodes() {
+		regionOf[n.ID] = n.Region
+	}
+	spread := s.spreadOf(r.Stream)
 	for _, old := range r.Leaving {
-		to, ok := Target(r.Placement, live, load)
+		to, ok := Target(r.Placement, old, live, load, regionOf, spread)
 		if !ok {
 			s.noteOnce("full "+r.Key(), true, "no live node to move a replica to",
 				"stream", r.Stream, "partition", r.Partition, "from", old, "replicas", r.Placement)
@@ -216,6 +221,16 @@ func (s *Service) move(ctx context.Context, r Repair, live []string, load map[st
 		return true // one move per partition per round
 	}
 	return true
+}
+
+// spreadOf returns where a stream's replicas may go, from the catalog.
+func (s *Service) spreadOf(stream string) Spread {
+	st, ok := s.catalog.Stream(stream)
+	if !ok {
+		return Spread{}
+	}
+	f, _ := s.catalog.Fabric(fabricOf(stream))
+	return SpreadOf(st, f.Regions)
 }
 
 // noteLost logs, once per partition until it recovers, the partitions
@@ -271,7 +286,12 @@ func (s *Service) balanceLoop() {
 func (s *Service) balance() {
 	leaders := map[string]string{}
 	replicas := map[string][]string{}
+	preferred := map[string][]string{}
 	members := map[string][]string{}
+	regionOf := map[string]string{}
+	for _, n := range s.catalog.Nodes() {
+		regionOf[n.ID] = n.Region
+	}
 	for _, st := range s.catalog.Streams() {
 		names, err := st.PartitionNames()
 		if err != nil {
@@ -282,10 +302,13 @@ func (s *Service) balance() {
 				leaders[name] = id
 				replicas[name] = st.Placement[i]
 				members[name] = st.Members(i)
+				if st.LeaderRegion != "" {
+					preferred[name] = slices.DeleteFunc(slices.Clone(st.Placement[i]), func(n string) bool { return regionOf[n] != st.LeaderRegion })
+				}
 			}
 		}
 	}
-	move, ok := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID))
+	move, ok := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, preferred, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID))
 	if !ok {
 		return
 	}
@@ -304,6 +327,6 @@ func (s *Service) balance() {
 	if err := s.cfg.Host.TransferLeadership(ctx, move.Partition, to, info.RaftAddr); err != nil {
 		s.logger.Debug("leader balancing transfer failed", "partition", move.Partition, "to", move.To, "err", err)
 	} else {
-		s.logger.Info("leadership handed over to even out leaders", "partition", move.Partition, "to", move.To)
+		s.logger.Info("leadership handed over to even out leaders or to the leader region", "partition", move.Partition, "to", move.To)
 	}
 }

@@ -6,28 +6,69 @@ import (
 	"strings"
 )
 
+// Spread says where a stream's replicas may go: the regions they may use
+// (empty is every region: a global stream of a fabric without regions),
+// and the region that should hold the leader, and so a replica.
+type Spread struct {
+	Regions []string
+	Leader  string
+}
+
+// allows reports whether a replica may go to a node of region.
+func (sp Spread) allows(region string) bool {
+	return len(sp.Regions) == 0 || slices.Contains(sp.Regions, region)
+}
+
+// where names the spread's regions for an error.
+func (sp Spread) where() string {
+	if len(sp.Regions) == 0 {
+		return "the cluster"
+	}
+	return "region " + strings.Join(sp.Regions, ", ")
+}
+
+// SpreadOf returns where a stream's replicas may go: its own region for a
+// local stream, its fabric's regions (regions) for a global one.
+func SpreadOf(st Stream, regions []string) Spread {
+	if st.Local != "" {
+		return Spread{Regions: []string{st.Local}, Leader: st.LeaderRegion}
+	}
+	return Spread{Regions: regions, Leader: st.LeaderRegion}
+}
+
 // Place chooses the replicas of each of a new stream's partitions:
-// distinct nodes, spread over as many regions as there are, the least
-// loaded first (load counts the replicas a node already holds; ties go by
-// node id), so replicas spread evenly. It updates load. An impossible
-// placement is an error matching ErrInvalid.
-func Place(nodes []Node, load map[string]int, partitions, replicas int) ([][]string, error) {
+// distinct nodes of the regions spread allows, spread over as many of
+// them as there are, one in the leader's region first when it has one,
+// the least loaded first (load counts the replicas a node already holds;
+// ties go by node id), so replicas spread evenly. It updates load. An
+// impossible placement is an error matching ErrInvalid.
+func Place(nodes []Node, load map[string]int, partitions, replicas int, spread Spread) ([][]string, error) {
 	if replicas < 1 {
 		return nil, fmt.Errorf("%w: replicas must be at least 1, not %d", ErrInvalid, replicas)
 	}
-	if replicas > len(nodes) {
-		return nil, fmt.Errorf("%w: a replication factor of %d needs %d nodes; the cluster has %d",
-			ErrInvalid, replicas, replicas, len(nodes))
+	var allowed []Node
+	for _, n := range nodes {
+		if spread.allows(n.Region) {
+			allowed = append(allowed, n)
+		}
+	}
+	if replicas > len(allowed) {
+		return nil, fmt.Errorf("%w: a replication factor of %d needs %d live nodes in %s; there are %d",
+			ErrInvalid, replicas, replicas, spread.where(), len(allowed))
+	}
+	leaderHere := spread.Leader != "" && slices.ContainsFunc(allowed, func(n Node) bool { return n.Region == spread.Leader })
+	if spread.Leader != "" && !leaderHere {
+		return nil, fmt.Errorf("%w: no live node in the leader region %s", ErrInvalid, spread.Leader)
 	}
 	out := make([][]string, partitions)
 	for p := range out {
 		regions := map[string]bool{}
 		var chosen []string
-		for range replicas {
+		for i := range replicas {
 			var best *Node
-			for i := range nodes {
-				c := &nodes[i]
-				if slices.Contains(chosen, c.ID) {
+			for j := range allowed {
+				c := &allowed[j]
+				if slices.Contains(chosen, c.ID) || (i == 0 && leaderHere && c.Region != spread.Leader) {
 					continue
 				}
 				if best == nil || better(c, best, regions, load) {
@@ -75,12 +116,15 @@ type LeaderMove struct {
 }
 
 // BalanceLeaders picks at most one partition that self leads and should
-// hand over: when self leads more than its share (the partitions divided
-// by the live nodes, rounded up), to the replica that leads the fewest, if
-// that one is below its share. leaders maps partition to leading node;
-// replicas maps partition to its replicas' nodes; live lists the live
-// nodes.
-func BalanceLeaders(self string, leaders map[string]string, replicas map[string][]string, live []string) (LeaderMove, bool) {
+// hand over. First, a partition led away from its leader region: to the
+// live replica there that leads the fewest. Then, when self leads more
+// than its share (the partitions divided by the live nodes, rounded up),
+// to the replica that leads the fewest, if that one is below its share
+// and, for a partition with a leader region, is there. leaders maps
+// partition to leading node; replicas maps partition to its replicas'
+// nodes; preferred maps a partition with a leader region to its
+// replicas' nodes there; live lists the live nodes.
+func BalanceLeaders(self string, leaders map[string]string, replicas, preferred map[string][]string, live []string) (LeaderMove, bool) {
 	if len(live) == 0 {
 		return LeaderMove{}, false
 	}
@@ -88,27 +132,41 @@ func BalanceLeaders(self string, leaders map[string]string, replicas map[string]
 	for _, l := range leaders {
 		count[l]++
 	}
-	share := (len(leaders) + len(live) - 1) / len(live)
-	if count[self] <= share {
-		return LeaderMove{}, false
-	}
-	parts := make([]string, 0, len(leaders))
+	var parts []string
 	for p, l := range leaders {
 		if l == self {
 			parts = append(parts, p)
 		}
 	}
 	slices.Sort(parts)
-	for _, p := range parts {
+	fewest := func(p string, ok func(string) bool) string {
 		var to string
 		for _, r := range replicas[p] {
-			if r == self || !slices.Contains(live, r) || count[r] >= share {
+			if r == self || !slices.Contains(live, r) || !ok(r) {
 				continue
 			}
 			if to == "" || count[r] < count[to] || (count[r] == count[to] && r < to) {
 				to = r
 			}
 		}
+		return to
+	}
+	for _, p := range parts {
+		if pref := preferred[p]; len(pref) > 0 && !slices.Contains(pref, self) {
+			if to := fewest(p, func(r string) bool { return slices.Contains(pref, r) }); to != "" {
+				return LeaderMove{Partition: p, To: to}, true
+			}
+		}
+	}
+	share := (len(leaders) + len(live) - 1) / len(live)
+	if count[self] <= share {
+		return LeaderMove{}, false
+	}
+	for _, p := range parts {
+		pref := preferred[p]
+		to := fewest(p, func(r string) bool {
+			return count[r] < share && (len(pref) == 0 || slices.Contains(pref, r))
+		})
 		if to != "" {
 			return LeaderMove{Partition: p, To: to}, true
 		}

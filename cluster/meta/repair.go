@@ -95,19 +95,51 @@ func FindRepairs(streams []Stream, dead map[string]bool, live []string) (repairs
 	return repairs, lost
 }
 
-// Target returns the node to move a replica of placement to: the least
-// loaded of live (in its order, the first on ties) that holds none.
-func Target(placement, live []string, load map[string]int) (string, bool) {
+// Target returns the node to move the replica on node leaving of
+// placement to: a live node (live, in its order) that holds none and that
+// the stream's spread allows (regionOf gives nodes' regions); among them
+// one of the leader's region when no other replica is there, then one of
+// a region the other replicas do not use, then the least loaded.
+func Target(placement []string, leaving string, live []string, load map[string]int, regionOf map[string]string, spread Spread) (string, bool) {
+	used := map[string]bool{}
+	for _, id := range placement {
+		if id != leaving {
+			used[regionOf[id]] = true
+		}
+	}
+	needLeader := spread.Leader != "" && !used[spread.Leader]
+	rank := func(id string) [3]int {
+		r := regionOf[id]
+		return [3]int{boolRank(needLeader && r != spread.Leader), boolRank(used[r]), load[id]}
+	}
 	best := ""
 	for _, id := range live {
-		if slices.Contains(placement, id) {
+		if slices.Contains(placement, id) || !spread.allows(regionOf[id]) {
 			continue
 		}
-		if best == "" || load[id] < load[best] {
+		if best == "" || less(rank(id), rank(best)) {
 			best = id
 		}
 	}
 	return best, best != ""
+}
+
+// boolRank is 1 for true: the worse rank.
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// less orders ranks field by field.
+func less(a, b [3]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
 }
 
 // View is what one node's copy of a partition reports of itself.

@@ -63,21 +63,29 @@ func TestFindRepairs(t *testing.T) {
 }
 
 // A replica moves to the least loaded live node that holds none of the
-// partition, the first of equals.
+// partition, the first of equals; a node the stream's spread allows, of
+// the leader region when the partition would have no replica there, of a
+// region the others do not use.
 func TestTarget(t *testing.T) {
+	regionOf := map[string]string{"a": "eu", "b": "eu", "c": "us", "d": "us", "x": "us", "y": "ap"}
 	for _, tc := range []struct {
 		placement, live []string
 		load            map[string]int
+		spread          Spread
 		want            string
 		ok              bool
 	}{
-		{[]string{"a", "x"}, []string{"a", "b", "c"}, map[string]int{"b": 3, "c": 1}, "c", true},
-		{[]string{"a", "x"}, []string{"a", "b", "c"}, map[string]int{"b": 1, "c": 1}, "b", true},
-		{[]string{"a", "b"}, []string{"a", "b"}, nil, "", false},
+		{[]string{"a", "x"}, []string{"a", "b", "c"}, map[string]int{"b": 3, "c": 1}, Spread{}, "c", true},
+		{[]string{"a", "x"}, []string{"a", "b", "c", "d"}, map[string]int{"c": 1, "d": 1}, Spread{}, "c", true}, // not the lighter b: us is unused once x goes
+		{[]string{"a", "b"}, []string{"a", "b"}, nil, Spread{}, "", false},
+		{[]string{"a", "x"}, []string{"a", "b", "c", "y"}, nil, Spread{Regions: []string{"eu", "us"}}, "c", true}, // not ap
+		{[]string{"c", "x"}, []string{"a", "c", "d"}, nil, Spread{Regions: []string{"us"}}, "d", true},            // local: not eu
+		{[]string{"c", "x"}, []string{"a", "c"}, nil, Spread{Regions: []string{"us"}}, "", false},                 // local, region full
+		{[]string{"a", "x"}, []string{"a", "b", "c", "d"}, map[string]int{"c": 9, "d": 9}, Spread{Leader: "us"}, "c", true},
 	} {
-		got, ok := Target(tc.placement, tc.live, tc.load)
+		got, ok := Target(tc.placement, "x", tc.live, tc.load, regionOf, tc.spread)
 		if got != tc.want || ok != tc.ok {
-			t.Fatalf("Target(%v, %v, %v) = %q %v, want %q %v", tc.placement, tc.live, tc.load, got, ok, tc.want, tc.ok)
+			t.Fatalf("Target(%v, %v, %v, %+v) = %q %v, want %q %v", tc.placement, tc.live, tc.load, tc.spread, got, ok, tc.want, tc.ok)
 		}
 	}
 }

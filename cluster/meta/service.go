@@ -353,7 +353,7 @@ func (s *Service) apply(ctx context.Context, e Entry) (Result, error) {
 	if !s.group.IsLeader() {
 		return Result{}, &NotLeaderError{LeaderID: s.Leader()}
 	}
-	if err := s.everyNodeReads(e.entryType().format()); err != nil {
+	if err := s.everyNodeReads(entryFormat(e)); err != nil {
 		return Result{}, err
 	}
 	data, err := Encode(e)

@@ -444,16 +444,28 @@ func tenancySteps(ctx context.Context, t *testing.T, s *Service, stream string) 
 			t.Fatalf("fabric %+v: %v, want ErrInvalid", bad, err)
 		}
 	}
-	spec := FabricSpec{Name: "persistent://t/f", Regions: []string{"us", "eu", "us"},
-		Defaults: StreamDefaults{Partitions: 2, Retention: Retention{MessageTTLMs: 60_000}}}
+	spec := FabricSpec{Name: "persistent://t/f", Defaults: StreamDefaults{Partitions: 2, Retention: Retention{MessageTTLMs: 60_000}}}
 	if err := s.CreateFabric(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateFabric(ctx, spec); !errors.Is(err, ErrFabricExists) {
 		t.Fatalf("the fabric again: %v", err)
 	}
-	if f, ok := s.Catalog().Fabric("t/f"); !ok || !slices.Equal(f.Regions, []string{"eu", "us"}) {
-		t.Fatalf("fabric t/f is %+v (%v), want regions eu, us", f, ok)
+	// A fabric of regions this lone node (of no region) is not in.
+	if err := s.CreateFabric(ctx, FabricSpec{Name: "t/far", Regions: []string{"us", "eu", "us"}}); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := s.Catalog().Fabric("t/far"); !ok || !slices.Equal(f.Regions, []string{"eu", "us"}) {
+		t.Fatalf("fabric t/far is %+v (%v), want regions eu, us", f, ok)
+	}
+	if _, err := s.CreateStream(ctx, StreamSpec{Name: "persistent://t/far/s"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "region eu, us") {
+		t.Fatalf("a stream of a fabric with no node: %v", err)
+	}
+	if _, err := s.CreateStream(ctx, StreamSpec{Name: "persistent://t/far/s", Local: "ap"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not one of fabric t/far's") {
+		t.Fatalf("a local stream outside its fabric's regions: %v", err)
+	}
+	if err := s.DeleteFabric(ctx, "t/far"); err != nil {
+		t.Fatal(err)
 	}
 	// public/default exists from the start and stays; other fabrics of
 	// public come on first use.

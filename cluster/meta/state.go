@@ -57,6 +57,13 @@ type Stream struct {
 	Since [][]uint64 `msgpack:"si,omitempty"`
 	// Retention is the stream's retention policy.
 	Retention Retention `msgpack:"rt"`
+	// Local is the region of a local stream, whose replicas all stay
+	// there; empty for a global stream, whose replicas spread over its
+	// fabric's regions.
+	Local string `msgpack:"lo,omitempty"`
+	// LeaderRegion is where the stream's partitions should be led:
+	// leadership moves to a replica there, and repair keeps one there.
+	LeaderRegion string `msgpack:"lr,omitempty"`
 }
 
 // SinceOf returns when replica j of partition i was placed (see Since).

@@ -16,6 +16,7 @@ func (a *app) streamCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "stream", Short: "Create, list, describe and delete streams"}
 
 	var partitions, replicas int
+	var local, leaderRegion string
 	var rf retentionFlags
 	create := &cobra.Command{
 		Use:   "create STREAM",
@@ -36,6 +37,12 @@ up; with consumer_backlog_eviction the oldest backlog is acknowledged on
 the slowest subscriptions' behalf. --message-ttl acknowledges, on every
 subscription, messages published longer ago than it.
 
+A global stream (the default) spreads each partition's replicas over its
+fabric's regions, one per region first; a local one (--local REGION) keeps
+them all in one region. Too few live nodes where the replicas may go is an
+error. --leader-region moves each partition's leadership to a replica in
+that region whenever one is live (and repair keeps one there).
+
 Partitions, replicas and a retention policy left out come from the stream's
 fabric (fabric create sets them), or are 1, 1 and no retention. The fabric
 must exist (fabric create), except public/default and other fabrics of
@@ -45,10 +52,18 @@ Sizes take B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers
 of 1024); durations take Go's units (s, m, h) and d, w.`,
 		Example: `  fabriq stream create persistent://acme/prod/orders --partitions 4 --replicas 3
   fabriq stream create persistent://acme/prod/audit --replicas 3 --retention-time 7d --retention-size 100GiB
+  fabriq stream create persistent://acme/global/orders --replicas 3 --leader-region eu-west
+  fabriq stream create persistent://acme/global/eu-only --replicas 3 --local eu-west
   fabriq stream create persistent://acme/prod/events --backlog-quota-size 10GiB --backlog-quota-policy consumer_backlog_eviction --message-ttl 24h`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var opts []client.StreamOption
+			if local != "" {
+				opts = append(opts, client.WithLocal(local))
+			}
+			if leaderRegion != "" {
+				opts = append(opts, client.WithLeaderRegion(leaderRegion))
+			}
 			if rf.changed(cmd) {
 				policy, err := rf.policy()
 				if err != nil {
@@ -72,6 +87,8 @@ of 1024); durations take Go's units (s, m, h) and d, w.`,
 	}
 	create.Flags().IntVarP(&partitions, "partitions", "p", 0, "number of partitions (default: the fabric's, or 1)")
 	create.Flags().IntVarP(&replicas, "replicas", "r", 0, "replicas of each partition (default: the fabric's, or 1)")
+	create.Flags().StringVar(&local, "local", "", "make a local stream: every replica in this region (one of the fabric's); by default a stream is global, its replicas spread over the fabric's regions")
+	create.Flags().StringVar(&leaderRegion, "leader-region", "", "region where the stream's partitions should be led, so that producers there pay one round trip between regions per send, not two")
 	rf.register(create)
 
 	var srf retentionFlags
@@ -141,10 +158,10 @@ policy no longer keeps are deleted then.`,
 		Use:   "describe STREAM",
 		Short: "Describe a stream's partitions and subscriptions",
 		Long: `Describe a stream. With --json the output is one object:
-{"stream": S, "replicas": R,
+{"stream": S, "replicas": R, "local": REGION, "leader_region": REGION,
  "retention": {"retention_time_ms": N, "retention_bytes": N, "backlog_quota_bytes": N,
                "backlog_quota_policy": 0 (producer_exception) or 1, "message_ttl_ms": N},
- "partitions": [{"partition": 0, "leader": NODE_ID, "replicas": [NODE_ID, ...],
+ "partitions": [{"partition": 0, "leader": NODE_ID, "replicas": [NODE_ID, ...], "regions": [REGION, ...],
                  "start_offset": N, "next_offset": N, "log_bytes": N,
                  "subscriptions": [...]}, ...],
  "subscriptions": [{"name": ..., "mode": ..., "backlog": N, "blocked": B, "look_ahead": N,
@@ -172,11 +189,11 @@ limit, and for key_shared its hash ranges (sticky) or hash share.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(d)
 			}
-			fmt.Fprintf(a.stdout, "stream %s, %d replica(s)\n", d.Stream, d.Replicas)
+			fmt.Fprintf(a.stdout, "stream %s, %d replica(s)%s\n", d.Stream, d.Replicas, describeRegions(info))
 			fmt.Fprintf(a.stdout, "  %s\n", describeRetention(d.Retention))
 			for _, p := range d.Partitions {
 				fmt.Fprintf(a.stdout, "  partition %d: leader %s, replicas %v, offsets %d..%d, %d bytes on disk",
-					p.Partition, orNone(p.Leader), p.Replicas, p.StartOffset, p.NextOffset, p.LogBytes)
+					p.Partition, orNone(p.Leader), withRegions(p.Replicas, p.Regions), p.StartOffset, p.NextOffset, p.LogBytes)
 				if p.BacklogQuotaExceeded {
 					fmt.Fprint(a.stdout, ", backlog quota exceeded: sends refused")
 				}
@@ -380,4 +397,32 @@ func describeOutput(info client.StreamInfo) streamDescription {
 	}
 	sort.Slice(d.Subscriptions, func(i, j int) bool { return d.Subscriptions[i].Name < d.Subscriptions[j].Name })
 	return d
+}
+
+// describeRegions says where a stream's replicas go, for describe.
+func describeRegions(info client.StreamInfo) string {
+	out := ", global"
+	if info.Local != "" {
+		out = ", local to " + info.Local
+	}
+	if info.LeaderRegion != "" {
+		out += ", led in " + info.LeaderRegion
+	}
+	return out
+}
+
+// withRegions names each replica with its region, when regions are known:
+// [n1 (eu) n2 (us)].
+func withRegions(replicas, regions []string) []string {
+	if len(regions) != len(replicas) {
+		return replicas
+	}
+	out := make([]string, len(replicas))
+	for i, r := range replicas {
+		out[i] = r
+		if regions[i] != "" {
+			out[i] = fmt.Sprintf("%s (%s)", r, regions[i])
+		}
+	}
+	return out
 }
