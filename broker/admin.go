@@ -48,6 +48,8 @@ func (h sessionNode) SetRetention(ctx context.Context, name string, retention tr
 
 func (h sessionNode) Streams() []string { return h.n.streamNames() }
 
+func (h sessionNode) StreamsChanged() <-chan struct{} { return h.n.catalog.Watch() }
+
 func (h sessionNode) DescribeStream(name string, only *int32) (transport.StreamInfo, error) {
 	return h.n.describeStream(name, only)
 }

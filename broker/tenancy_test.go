@@ -118,3 +118,65 @@ func TestAutoCreateOnFirstUse(t *testing.T) {
 		t.Fatalf("fabric newco/eu %+v (%v)", f, err)
 	}
 }
+
+// A stream watch answers the matching streams, then pushes the whole
+// matching set after every change of it; bad patterns, missing fabrics
+// and unknown watches are refused.
+func TestWatchStreamsOnTheWire(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, n)
+	if err := createInFabric(ctx, c, "persistent://acme/eu/finance-1", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateStream(ctx, "persistent://acme/eu/hr-1", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := dialRaw(ctx, t, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		req  *transport.WatchStreams
+		code transport.ErrorCode
+	}{
+		{&transport.WatchStreams{RequestID: 1, WatchID: 1, Fabric: "acme/nowhere", Pattern: ".*"}, transport.CodeFabricNotFound},
+		{&transport.WatchStreams{RequestID: 2, WatchID: 1, Fabric: "acme/eu", Pattern: "("}, transport.CodeInvalidArgument},
+		{&transport.WatchStreams{RequestID: 3, WatchID: 1, Fabric: "acme", Pattern: ".*"}, transport.CodeInvalidName},
+	} {
+		if e, ok := answerTo(ctx, t, raw, bad.req).(*transport.Error); !ok || e.Code != bad.code {
+			t.Fatalf("watch %+v: %v, want %v", bad.req, e, bad.code)
+		}
+	}
+	const pattern = "persistent://acme/eu/finance-.*"
+	res := answerTo(ctx, t, raw, &transport.WatchStreams{RequestID: 4, WatchID: 7, Fabric: "acme/eu", Pattern: pattern})
+	first := []string{"persistent://acme/eu/finance-1"}
+	if r, ok := res.(*transport.WatchStreamsResult); !ok || !slices.Equal(r.Streams, first) || r.Hash != transport.StreamsHash(first) {
+		t.Fatalf("watch: %#v", res)
+	}
+	if err := c.CreateStream(ctx, "persistent://acme/eu/finance-2", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	both := []string{"persistent://acme/eu/finance-1", "persistent://acme/eu/finance-2"}
+	if p, ok := nextFrame(ctx, t, raw).(*transport.StreamsChanged); !ok || p.WatchID != 7 || !slices.Equal(p.Streams, both) || p.Hash != transport.StreamsHash(both) {
+		t.Fatalf("push after a create: %#v", p)
+	}
+	// A stream the pattern does not match changes nothing; the next push
+	// is the delete's.
+	if err := c.CreateStream(ctx, "persistent://acme/eu/hr-2", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteStream(ctx, "persistent://acme/eu/finance-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := nextFrame(ctx, t, raw).(*transport.StreamsChanged); !ok || !slices.Equal(p.Streams, both[1:]) {
+		t.Fatalf("push after a delete: %#v", p)
+	}
+	if _, ok := answerTo(ctx, t, raw, &transport.CloseWatch{RequestID: 5, WatchID: 7}).(*transport.Success); !ok {
+		t.Fatal("close watch was not answered Success")
+	}
+	if e, ok := answerTo(ctx, t, raw, &transport.CloseWatch{RequestID: 6, WatchID: 7}).(*transport.Error); !ok || e.Code != transport.CodeInvalidArgument {
+		t.Fatalf("closing a closed watch: %v", e)
+	}
+}

@@ -33,7 +33,9 @@ type cnx struct {
 	pending   map[uint64]chan transport.Command
 	producers map[uint64]*partitionProducer
 	consumers map[uint64]*partitionConsumer
-	err       error
+	// watches are the stream watches open on the connection, by id.
+	watches map[uint64]func(*transport.StreamsChanged)
+	err     error
 }
 
 // dial connects to a node and says hello; start runs it.
@@ -202,6 +204,12 @@ func requestIDOf(cmd transport.Command) uint64 {
 		return c.RequestID
 	case *transport.ListStreamsResult:
 		return c.RequestID
+	case *transport.WatchStreams:
+		return c.RequestID
+	case *transport.WatchStreamsResult:
+		return c.RequestID
+	case *transport.CloseWatch:
+		return c.RequestID
 	case *transport.DescribeStreamResult:
 		return c.RequestID
 	case *transport.ClusterStatusResult:
@@ -271,6 +279,13 @@ func (x *cnx) dispatch(cmd transport.Command) {
 		if pc := x.consumer(c.ConsumerID); pc != nil {
 			x.removeConsumer(c.ConsumerID)
 			pc.connectionLost(x)
+		}
+	case *transport.StreamsChanged:
+		x.mu.Lock()
+		fn := x.watches[c.WatchID]
+		x.mu.Unlock()
+		if fn != nil {
+			fn(c)
 		}
 	case *transport.ActiveConsumerChange:
 		if pc := x.consumer(c.ConsumerID); pc != nil {
@@ -377,4 +392,25 @@ func (x *cnx) consumer(id uint64) *partitionConsumer {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.consumers[id]
+}
+
+// addWatch routes a stream watch's pushes to fn; false if the connection
+// is closed.
+func (x *cnx) addWatch(id uint64, fn func(*transport.StreamsChanged)) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err != nil {
+		return false
+	}
+	if x.watches == nil {
+		x.watches = map[uint64]func(*transport.StreamsChanged){}
+	}
+	x.watches[id] = fn
+	return true
+}
+
+func (x *cnx) removeWatch(id uint64) {
+	x.mu.Lock()
+	delete(x.watches, id)
+	x.mu.Unlock()
 }

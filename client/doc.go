@@ -20,6 +20,14 @@
 // matching ErrSendTimeout and ErrDiskFull. Every blocking call takes a
 // context and returns when it ends.
 //
+// SubscribeMulti reads several streams through one subscription: a list,
+// or every stream of a fabric matching a pattern, kept in step with the
+// fabric by a watch the node pushes (each push the whole matching list,
+// so a missed one is made good by the next; the watch is opened again on
+// another node when its connection goes, and a listing every 30 s is a
+// backstop). Streams that appear are read from their first message. The
+// MultiConsumer is one Consumer per stream behind one Receive.
+//
 // The package speaks the transport protocol and knows stream names
 // (geofabric); it knows nothing of Raft or of how the broker stores
 // messages.

@@ -298,3 +298,56 @@ func BenchmarkKeySharedFailover(b *testing.B) {
 	b.ReportMetric(float64(pauses[9])/float64(time.Millisecond), "max-ms")
 	b.Logf("kill to first new key_shared delivery: %v", pauses)
 }
+
+// BenchmarkPatternDiscovery measures, on a three-node cluster, how long
+// from a stream create until an already running pattern consumer
+// receives the stream's first message (created, then produced to at
+// once), 20 times whatever b.N; it reports the median and the maximum.
+func BenchmarkPatternDiscovery(b *testing.B) {
+	nodes := startCluster(b, 3)
+	ctx := b.Context()
+	c, err := client.New(client.Options{URL: clusterURL(nodes), OperationTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if err := ensureFabric(ctx, c, "persistent://bench/watch/x"); err != nil {
+		b.Fatal(err)
+	}
+	mc, err := c.SubscribeMulti(ctx, client.MultiOptions{Pattern: "persistent://bench/watch/d-.*"}, client.ConsumerOptions{Subscription: "s"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer mc.Close()
+	const rounds = 20
+	lat := make([]time.Duration, 0, rounds)
+	var created []time.Duration // of each, the create alone
+	b.ResetTimer()
+	for i := range rounds {
+		stream := fmt.Sprintf("persistent://bench/watch/d-%d", i)
+		start := time.Now()
+		if err := c.CreateStream(ctx, stream, 1, 3); err != nil {
+			b.Fatal(err)
+		}
+		created = append(created, time.Since(start))
+		p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("first")}); err != nil {
+			b.Fatal(err)
+		}
+		m, err := mc.Receive(ctx)
+		if err != nil || m.ID.Stream != stream {
+			b.Fatalf("received %v, %v; want the first message of %s", m, err, stream)
+		}
+		lat = append(lat, time.Since(start))
+		mc.Ack(ctx, m)
+		p.Close()
+	}
+	slices.Sort(lat)
+	slices.Sort(created)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "median-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(float64(created[len(created)/2].Microseconds())/1000, "create-median-ms")
+}

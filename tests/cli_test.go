@@ -339,3 +339,42 @@ func TestCLITenantsAndFabrics(t *testing.T) {
 	run("fabric", "delete", "acme/eu")
 	run("tenant", "delete", "acme")
 }
+
+// consume reads a list of streams, or a pattern, through one
+// subscription.
+func TestCLIConsumeListAndPattern(t *testing.T) {
+	url := startNode(t, "n1", t.TempDir()).url()
+	cliFabric(t, url, "acme/eu")
+	for _, s := range []string{"acme/eu/a-1", "acme/eu/a-2", "acme/eu/b-1"} {
+		if out, errOut, code := fabriqCLI(t, url, "", "produce", s, "-m", s); code != 0 {
+			t.Fatalf("produce %s: %d %s %s", s, code, out, errOut)
+		}
+	}
+	streamsOf := func(args ...string) []string {
+		t.Helper()
+		out, errOut, code := fabriqCLI(t, url, "", append(args, "--initial-position", "earliest", "--json")...)
+		if code != 0 {
+			t.Fatalf("fabriq %v: %d %s %s", args, code, out, errOut)
+		}
+		var got []string
+		for _, m := range jsonLines(t, out) {
+			got = append(got, m["stream"].(string))
+		}
+		slices.Sort(got)
+		return got
+	}
+	if got := streamsOf("consume", "--pattern", "persistent://acme/eu/a-.*", "-s", "p", "-n", "2"); !slices.Equal(got, []string{"persistent://acme/eu/a-1", "persistent://acme/eu/a-2"}) {
+		t.Fatalf("pattern consumer read %v", got)
+	}
+	if got := streamsOf("consume", "acme/eu/a-1,acme/eu/b-1", "-s", "l", "-n", "2"); !slices.Equal(got, []string{"persistent://acme/eu/a-1", "persistent://acme/eu/b-1"}) {
+		t.Fatalf("list consumer read %v", got)
+	}
+	for _, args := range [][]string{
+		{"consume", "--pattern", "persistent://acme/.*/a-1", "-s", "x"}, // fabric not literal
+		{"consume", "acme/eu/a-1", "--pattern", "persistent://acme/eu/a-.*", "-s", "x"},
+	} {
+		if out, errOut, code := fabriqCLI(t, url, "", args...); code == 0 || errOut == "" || out != "" {
+			t.Errorf("fabriq %v: status %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+}

@@ -60,6 +60,10 @@ const (
 	TypeListFabricsResult
 	TypeDescribeFabric
 	TypeDescribeFabricResult
+	TypeWatchStreams
+	TypeWatchStreamsResult
+	TypeStreamsChanged
+	TypeCloseWatch
 )
 
 // Command is one protocol command. Every command type is a pointer to one

@@ -50,6 +50,10 @@ var typeNames = [...]string{
 	TypeListFabricsResult:         "ListFabricsResult",
 	TypeDescribeFabric:            "DescribeFabric",
 	TypeDescribeFabricResult:      "DescribeFabricResult",
+	TypeWatchStreams:              "WatchStreams",
+	TypeWatchStreamsResult:        "WatchStreamsResult",
+	TypeStreamsChanged:            "StreamsChanged",
+	TypeCloseWatch:                "CloseWatch",
 }
 
 // String returns the command's name, "Send" for TypeSend.

@@ -1,5 +1,10 @@
 package transport
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
 // CreateTenant creates a tenant.
 type CreateTenant struct {
 	RequestID uint64 `msgpack:"r"`
@@ -114,6 +119,66 @@ func newTenancyCommand(t CommandType) Command {
 		return new(DescribeFabric)
 	case TypeDescribeFabricResult:
 		return new(DescribeFabricResult)
+	case TypeWatchStreams:
+		return new(WatchStreams)
+	case TypeWatchStreamsResult:
+		return new(WatchStreamsResult)
+	case TypeStreamsChanged:
+		return new(StreamsChanged)
+	case TypeCloseWatch:
+		return new(CloseWatch)
 	}
 	return nil
+}
+
+// WatchStreams asks for the streams of one fabric whose full names match
+// Pattern (a Go regular expression, matched against the whole name), and
+// keeps a watch open: StreamsChanged follows every change of that set
+// until CloseWatch or the connection's end. WatchID names the watch on
+// the connection.
+type WatchStreams struct {
+	RequestID uint64 `msgpack:"r"`
+	WatchID   uint64 `msgpack:"w"`
+	Fabric    string `msgpack:"f"`
+	Pattern   string `msgpack:"p"`
+}
+
+// WatchStreamsResult answers WatchStreams with the matching streams,
+// sorted, and the hash of that list (StreamsHash).
+type WatchStreamsResult struct {
+	RequestID uint64   `msgpack:"r"`
+	Streams   []string `msgpack:"s"`
+	Hash      string   `msgpack:"h"`
+}
+
+// StreamsChanged pushes a watch's matching streams after a change: the
+// whole list, sorted, so that a client that missed a push is right again
+// with the next one, and its hash.
+type StreamsChanged struct {
+	WatchID uint64   `msgpack:"w"`
+	Streams []string `msgpack:"s"`
+	Hash    string   `msgpack:"h"`
+}
+
+// CloseWatch ends a watch.
+type CloseWatch struct {
+	RequestID uint64 `msgpack:"r"`
+	WatchID   uint64 `msgpack:"w"`
+}
+
+func (*WatchStreams) Type() CommandType       { return TypeWatchStreams }
+func (*WatchStreamsResult) Type() CommandType { return TypeWatchStreamsResult }
+func (*StreamsChanged) Type() CommandType     { return TypeStreamsChanged }
+func (*CloseWatch) Type() CommandType         { return TypeCloseWatch }
+
+// StreamsHash is the hash of a sorted list of stream names that watches
+// carry: hex of the first 8 bytes of SHA-256 over the names, each ended
+// by a newline.
+func StreamsHash(sorted []string) string {
+	h := sha256.New()
+	for _, s := range sorted {
+		h.Write([]byte(s))
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }

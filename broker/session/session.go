@@ -52,6 +52,9 @@ type Node interface {
 	SetRetention(ctx context.Context, stream string, retention transport.RetentionPolicy) error
 	// Streams returns the name of every stream.
 	Streams() []string
+	// StreamsChanged returns a channel closed at the catalog's next
+	// change.
+	StreamsChanged() <-chan struct{}
 	// DescribeStream describes a stream's partitions as this node knows
 	// them; with partition, that one alone, which this node must lead.
 	DescribeStream(stream string, partition *int32) (transport.StreamInfo, error)
@@ -165,6 +168,8 @@ type Session struct {
 	consumers map[uint64]*partition.Consumer
 	// subscribing holds the consumer ids whose subscribe is in progress.
 	subscribing map[uint64]bool
+	// watches holds the open stream watches, by id.
+	watches map[uint64]*streamWatch
 }
 
 // producerSeq numbers the producers and consumers sessions name.
@@ -207,6 +212,7 @@ func New(nc net.Conn, node Node, cfg Config) (*Session, error) {
 		producers:   map[uint64]*sessProducer{},
 		consumers:   map[uint64]*partition.Consumer{},
 		subscribing: map[uint64]bool{},
+		watches:     map[uint64]*streamWatch{},
 	}, nil
 }
 

@@ -29,6 +29,10 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 			break
 		}
 		s.reply(&transport.ListFabricsResult{RequestID: c.RequestID, Fabrics: fabrics})
+	case *transport.WatchStreams:
+		s.watchStreams(c)
+	case *transport.CloseWatch:
+		s.closeWatch(c)
 	case *transport.DescribeFabric:
 		info, err := s.node.DescribeFabric(c.Fabric)
 		if err != nil {

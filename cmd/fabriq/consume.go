@@ -50,22 +50,31 @@ func parsePosition(s string) (client.InitialPosition, error) {
 }
 
 func (a *app) consumeCommand() *cobra.Command {
-	var sub, typ, name, position, ranges string
+	var sub, typ, name, position, ranges, pattern string
 	var count, priority int
 	var asJSON, outOfOrder bool
 	cmd := &cobra.Command{
-		Use:   "consume STREAM",
+		Use:   "consume STREAM[,STREAM...] | --pattern REGEX",
 		Short: "Receive messages from a stream's subscription",
 		Long: `Receive messages through a subscription and acknowledge each one after
-printing it. With --json each message is one line:
+printing it. A comma-separated list reads several streams (of any fabrics)
+through one subscription; --pattern reads every stream of one fabric whose
+full name matches a Go regular expression, whose tenant and fabric must be
+literal (persistent://acme/eu/finance-.*), including streams created while
+it runs, from their first message. With --json each message is one line:
 {"id","stream","partition","offset","key","payload","redelivery_count","consumer"}
 written and flushed before the message is acknowledged. Stops after -n
 messages (0: until interrupted) or on SIGINT/SIGTERM, closing cleanly.`,
-		Example: "  fabriq consume persistent://acme/prod/orders -s audit -n 10 --initial-position earliest --json",
-		Args:    cobra.ExactArgs(1),
+		Example: `  fabriq consume persistent://acme/prod/orders -s audit -n 10 --initial-position earliest --json
+  fabriq consume acme/eu/orders,acme/us/orders -s audit
+  fabriq consume --pattern 'persistent://acme/eu/finance-.*' -s ledger -t shared`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if sub == "" {
 				return errors.New("-s SUBSCRIPTION is required")
+			}
+			if (len(args) == 1) == (pattern != "") {
+				return errors.New("give a stream (or a comma-separated list of streams), or --pattern, not both")
 			}
 			t, err := parseType(typ)
 			if err != nil {
@@ -78,8 +87,13 @@ messages (0: until interrupted) or on SIGINT/SIGTERM, closing cleanly.`,
 			if count < 0 {
 				return fmt.Errorf("-n must not be negative, not %d", count)
 			}
+			var which client.MultiOptions
+			if pattern != "" {
+				which.Pattern = pattern
+			} else if strings.Contains(args[0], ",") {
+				which.Streams = strings.Split(args[0], ",")
+			}
 			opts := client.ConsumerOptions{
-				Stream:                      args[0],
 				Subscription:                sub,
 				Type:                        t,
 				Name:                        name,
@@ -100,10 +114,14 @@ messages (0: until interrupted) or on SIGINT/SIGTERM, closing cleanly.`,
 				}
 				opts.KeySharedPolicy = policy
 			}
-			return a.consume(cmd.Context(), opts, count, asJSON)
+			if which.Pattern == "" && which.Streams == nil {
+				opts.Stream = args[0]
+			}
+			return a.consume(cmd.Context(), which, opts, count, asJSON)
 		},
 	}
 	cmd.Flags().StringVarP(&sub, "subscription", "s", "", "subscription name (required)")
+	cmd.Flags().StringVar(&pattern, "pattern", "", "read every stream of one fabric whose full name matches this Go regular expression, streams created later included")
 	cmd.Flags().StringVarP(&typ, "type", "t", "exclusive", "subscription type: exclusive, shared, failover, key_shared")
 	cmd.Flags().StringVar(&name, "name", "", "consumer name (default: generated)")
 	cmd.Flags().IntVarP(&count, "num", "n", 0, "stop after this many messages (0: until interrupted)")
@@ -128,13 +146,26 @@ func parseRanges(s string) ([]client.HashRange, error) {
 	return out, nil
 }
 
-func (a *app) consume(ctx context.Context, opts client.ConsumerOptions, count int, asJSON bool) error {
+// receiver is a consumer of one stream or of several.
+type receiver interface {
+	Receive(ctx context.Context) (*client.Message, error)
+	Ack(ctx context.Context, m *client.Message) error
+	Name() string
+	Close() error
+}
+
+func (a *app) consume(ctx context.Context, which client.MultiOptions, opts client.ConsumerOptions, count int, asJSON bool) error {
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	cons, err := c.Subscribe(ctx, opts)
+	var cons receiver
+	if opts.Stream != "" {
+		cons, err = c.Subscribe(ctx, opts)
+	} else {
+		cons, err = c.SubscribeMulti(ctx, which, opts)
+	}
 	if err != nil {
 		return err
 	}
