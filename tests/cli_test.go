@@ -274,6 +274,7 @@ func cliFabric(t *testing.T, url, fabric string) {
 // consumes (the stream is made on first use in public/default), through
 // any node of a cluster, the metadata leader or not.
 func TestCLIShortNamesOnFirstUse(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
 	nodes := startCluster(t, 3)
 	for i, n := range nodes {
 		stream := fmt.Sprintf("my-topic-%d", i)
@@ -298,6 +299,7 @@ func TestCLIShortNamesOnFirstUse(t *testing.T) {
 // The tenant and fabric commands, and a fabric's defaults taken by stream
 // create.
 func TestCLITenantsAndFabrics(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
 	url := startNode(t, "n1", t.TempDir(), "--region", "eu-west").url()
 	run := func(args ...string) string {
 		t.Helper()
@@ -343,6 +345,7 @@ func TestCLITenantsAndFabrics(t *testing.T) {
 // consume reads a list of streams, or a pattern, through one
 // subscription.
 func TestCLIConsumeListAndPattern(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
 	url := startNode(t, "n1", t.TempDir()).url()
 	cliFabric(t, url, "acme/eu")
 	for _, s := range []string{"acme/eu/a-1", "acme/eu/a-2", "acme/eu/b-1"} {

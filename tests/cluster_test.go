@@ -313,6 +313,7 @@ func TestClusterKillLeader(t *testing.T) {
 // Rolling restart of every node under a steady producer: no send fails and
 // no message is lost.
 func TestClusterRollingRestart(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, 4*time.Minute)
 	const stream = "persistent://acme/prod/rolling"

@@ -27,10 +27,10 @@ var bin string
 
 // TestMain builds the binaries once for every test.
 //
-// Tests run one at a time, except a few that spend most of their time
-// waiting (failure detection, replacement, restarts) and little on the
-// CPU: they call t.Parallel and run together at the end, two at a time
-// on two cores. Every test has its own processes, ports (chosen by the
+// Tests run one at a time, except those that spend most of their time
+// waiting (failure detection, replacement, restarts, CLI processes
+// starting) and little on the CPU: they call t.Parallel and run together
+// at the end, two at a time on two cores. Every test has its own processes, ports (chosen by the
 // kernel, or by freeAddr, which never hands one out twice) and
 // directories, so they do not meet.
 func TestMain(m *testing.M) {

@@ -16,6 +16,7 @@ import (
 // matched stream leaves the others flowing; a pattern across fabrics is
 // refused; a list consumer reads streams of two fabrics.
 func TestMultiStreamConsumers(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, 2*time.Minute)
 	c := newClient(t, clusterURL(nodes))
