@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/session"
@@ -128,10 +129,23 @@ func (n *Node) stream(name string) (geofabric.Stream, meta.Stream, error) {
 	}
 	sm, ok := n.catalog.Stream(st.String())
 	if !ok {
-		return st, sm, n.streamNotFound("stream %s does not exist", st)
+		// It may have been created a moment ago through another node:
+		// look again once this node's catalog holds everything committed.
+		ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+		defer cancel()
+		if err := n.control.Sync(ctx); err != nil {
+			return st, sm, wire.Errorf(transport.CodeServiceNotReady, "stream %s is not known here and the metadata leader cannot confirm it: %v", st, err)
+		}
+		if sm, ok = n.catalog.Stream(st.String()); !ok {
+			return st, sm, n.streamNotFound("stream %s does not exist", st)
+		}
 	}
 	return st, sm, nil
 }
+
+// syncTimeout bounds the wait for the catalog to catch up before a stream
+// is answered missing.
+const syncTimeout = 2 * time.Second
 
 // createStream records a stream with its retention policy in the metadata
 // group and waits until its partitions on this node have leaders.

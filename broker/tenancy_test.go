@@ -73,6 +73,8 @@ func TestTenantsAndFabrics(t *testing.T) {
 	}
 	_, err = c.ListFabrics(ctx, "acme")
 	code("fabrics of a deleted tenant", err, transport.CodeTenantNotFound)
+	_, err = c.ListStreams(ctx, "acme/eu")
+	code("streams of a deleted fabric", err, transport.CodeFabricNotFound)
 }
 
 // A produce or subscribe to a stream that does not exist creates it, with

@@ -52,6 +52,14 @@ func (s *Session) listStreams(c *transport.ListStreams) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
+	// FabricNotFound, as Pulsar answers for a missing namespace; the
+	// default fabric is there from the start, even before the metadata
+	// leader has written it.
+	isDefault := tenant == geofabric.DefaultTenant && fabric == geofabric.DefaultFabric
+	if _, err := s.node.DescribeFabric(tenant + "/" + fabric); err != nil && !isDefault {
+		s.replyErr(c.RequestID, err)
+		return
+	}
 	res := &transport.ListStreamsResult{RequestID: c.RequestID, Streams: []string{}}
 	for _, name := range s.node.Streams() {
 		st, err := geofabric.ParseStream(name)

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fabriq-io/fabriq/cluster"
@@ -29,28 +30,39 @@ func (s *Service) catchUpLoop() {
 	}
 }
 
-// catchUp makes one attempt: the leader passes a barrier (everything
-// committed is applied); another node asks the leader how far its catalog
-// is and waits for its own to get there.
+// catchUp makes one attempt of Sync.
 func (s *Service) catchUp() bool {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 	defer cancel()
+	return s.Sync(ctx) == nil
+}
+
+// Sync waits until this node's catalog holds everything the metadata
+// group had committed when it was called: the leader passes a barrier;
+// another node asks the leader how far its catalog is and waits for its
+// own to get there. A read after Sync sees every change committed before
+// it (a stream created elsewhere a moment ago). The error matches
+// ErrNotReady.
+func (s *Service) Sync(ctx context.Context) error {
 	if s.group.IsLeader() {
-		return s.group.Barrier(ctx) == nil
+		if err := s.group.Barrier(ctx); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotReady, err)
+		}
+		return nil
 	}
 	index, err := s.leaderIndex(ctx)
 	if err != nil || index == 0 {
-		return false
+		return fmt.Errorf("%w: the metadata leader's index: %v", ErrNotReady, err)
 	}
 	for {
 		changed := s.catalog.Watch()
 		if s.catalog.Applied() >= index {
-			return true
+			return nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return false
+			return fmt.Errorf("%w: %v", ErrNotReady, ctx.Err())
 		}
 	}
 }
