@@ -35,6 +35,10 @@ func (h sessionNode) DeleteFabric(ctx context.Context, name string) error {
 	return h.n.metaChange(func() error { return h.n.control.DeleteFabric(ctx, name) })
 }
 
+func (h sessionNode) SetFabricRegions(ctx context.Context, name string, regions []string) error {
+	return h.n.metaChange(func() error { return h.n.control.SetFabricRegions(ctx, name, regions) })
+}
+
 func (h sessionNode) Fabrics(tenant string) ([]transport.FabricInfo, error) {
 	if _, err := geofabric.ParseTenant(tenant); err != nil {
 		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)

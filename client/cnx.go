@@ -242,6 +242,8 @@ func tenancyRequestID(cmd transport.Command) uint64 {
 		return c.RequestID
 	case *transport.DescribeFabricResult:
 		return c.RequestID
+	case *transport.SetFabricRegions:
+		return c.RequestID
 	}
 	return 0
 }

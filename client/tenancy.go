@@ -80,6 +80,22 @@ func (c *Client) CreateFabric(ctx context.Context, fabric string, opts FabricOpt
 	return err
 }
 
+// SetFabricRegions replaces a fabric's regions (none: every region).
+// Adding regions always works; a change that would leave a stream of the
+// fabric with a replica, a local or a leader region outside the new ones
+// is refused (NotAllowed, naming the stream): nothing moves or is deleted
+// silently.
+func (c *Client) SetFabricRegions(ctx context.Context, fabric string, regions []string) error {
+	tenant, name, err := geofabric.ParseFabric(fabric)
+	if err != nil {
+		return err
+	}
+	_, err = c.admin(ctx, func(id uint64) transport.Command {
+		return &transport.SetFabricRegions{RequestID: id, Fabric: tenant + "/" + name, Regions: regions}
+	})
+	return err
+}
+
 // DeleteFabric deletes a fabric; it is refused (NotEmpty) while the
 // fabric has streams.
 func (c *Client) DeleteFabric(ctx context.Context, fabric string) error {

@@ -320,6 +320,12 @@ func TestCLITenantsAndFabrics(t *testing.T) {
 	if out := run("stream", "create", "acme/eu/orders"); !strings.Contains(out, "with 2 partition(s)") {
 		t.Fatalf("stream create in a fabric with 2 default partitions: %q", out)
 	}
+	// The node is in eu-west: dropping eu-west would strand orders.
+	if out, errOut, code := fabriqCLI(t, url, "", "fabric", "set-regions", "acme/eu", "--regions", "eu-central"); code == 0 || !strings.Contains(errOut, "orders") || out != "" {
+		t.Fatalf("set-regions leaving a stream outside: status %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	run("fabric", "set-regions", "acme/eu", "--regions", "eu-west,eu-central,eu-north")
+	run("fabric", "set-regions", "acme/eu", "--regions", "eu-west,eu-central")
 	var info client.FabricInfo
 	if err := json.Unmarshal([]byte(run("fabric", "describe", "acme/eu", "--json")), &info); err != nil {
 		t.Fatal(err)

@@ -64,6 +64,7 @@ const (
 	TypeWatchStreamsResult
 	TypeStreamsChanged
 	TypeCloseWatch
+	TypeSetFabricRegions
 )
 
 // Command is one protocol command. Every command type is a pointer to one

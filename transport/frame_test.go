@@ -79,6 +79,7 @@ func samples() []Command {
 		&WatchStreamsResult{RequestID: 26, Streams: []string{"persistent://acme/eu/finance-1"}, Hash: "00aa"},
 		&StreamsChanged{WatchID: 1, Streams: []string{"persistent://acme/eu/finance-1", "persistent://acme/eu/finance-2"}, Hash: "00bb"},
 		&CloseWatch{RequestID: 27, WatchID: 1},
+		&SetFabricRegions{RequestID: 28, Fabric: "acme/eu", Regions: []string{"eu-1", "eu-3"}},
 		&DeleteStream{RequestID: 11, Stream: "persistent://t/f/s", Force: true},
 		&ListStreams{RequestID: 12, Fabric: "t/f"},
 		&ListStreamsResult{RequestID: 12, Streams: []string{"persistent://t/f/a", "persistent://t/f/b"}},

@@ -54,6 +54,7 @@ var typeNames = [...]string{
 	TypeWatchStreamsResult:        "WatchStreamsResult",
 	TypeStreamsChanged:            "StreamsChanged",
 	TypeCloseWatch:                "CloseWatch",
+	TypeSetFabricRegions:          "SetFabricRegions",
 }
 
 // String returns the command's name, "Send" for TypeSend.

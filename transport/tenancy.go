@@ -47,6 +47,15 @@ type StreamDefaults struct {
 	Retention  *RetentionPolicy `msgpack:"rp,omitempty" json:"retention,omitempty"`
 }
 
+// SetFabricRegions replaces a fabric's regions (none is every region);
+// refused (NotAllowed) while a stream of the fabric has a replica, a local
+// or a leader region outside the new ones.
+type SetFabricRegions struct {
+	RequestID uint64   `msgpack:"r"`
+	Fabric    string   `msgpack:"f"`
+	Regions   []string `msgpack:"g,omitempty"`
+}
+
 // DeleteFabric deletes a fabric; refused (NotEmpty) while it has streams.
 type DeleteFabric struct {
 	RequestID uint64 `msgpack:"r"`
@@ -127,6 +136,8 @@ func newTenancyCommand(t CommandType) Command {
 		return new(StreamsChanged)
 	case TypeCloseWatch:
 		return new(CloseWatch)
+	case TypeSetFabricRegions:
+		return new(SetFabricRegions)
 	}
 	return nil
 }
@@ -170,6 +181,7 @@ func (*WatchStreams) Type() CommandType       { return TypeWatchStreams }
 func (*WatchStreamsResult) Type() CommandType { return TypeWatchStreamsResult }
 func (*StreamsChanged) Type() CommandType     { return TypeStreamsChanged }
 func (*CloseWatch) Type() CommandType         { return TypeCloseWatch }
+func (*SetFabricRegions) Type() CommandType   { return TypeSetFabricRegions }
 
 // StreamsHash is the hash of a sorted list of stream names that watches
 // carry: hex of the first 8 bytes of SHA-256 over the names, each ended

@@ -68,6 +68,7 @@ type Node interface {
 	Tenants() []string
 	CreateFabric(ctx context.Context, c *transport.CreateFabric) error
 	DeleteFabric(ctx context.Context, name string) error
+	SetFabricRegions(ctx context.Context, name string, regions []string) error
 	Fabrics(tenant string) ([]transport.FabricInfo, error)
 	DescribeFabric(name string) (transport.FabricInfo, error)
 	// RenewReplica places a new member in place of a damaged copy, for a
@@ -328,7 +329,8 @@ func slowRequest(cmd transport.Command) bool {
 	case *transport.Lookup, *transport.PartitionedMetadata, *transport.Subscribe,
 		*transport.Seek, *transport.Unsubscribe, *transport.CreateStream, *transport.DeleteStream,
 		*transport.ListStreams, *transport.DescribeStream, *transport.ClusterStatus, *transport.RenewReplica,
-		*transport.CreateTenant, *transport.DeleteTenant, *transport.CreateFabric, *transport.DeleteFabric:
+		*transport.CreateTenant, *transport.DeleteTenant, *transport.CreateFabric, *transport.DeleteFabric,
+		*transport.SetFabricRegions:
 		return true
 	}
 	return false

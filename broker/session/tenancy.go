@@ -22,6 +22,8 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 		s.answer(c.RequestID, s.node.CreateFabric(ctx, c))
 	case *transport.DeleteFabric:
 		s.answer(c.RequestID, s.node.DeleteFabric(ctx, c.Fabric))
+	case *transport.SetFabricRegions:
+		s.answer(c.RequestID, s.node.SetFabricRegions(ctx, c.Fabric, c.Regions))
 	case *transport.ListFabrics:
 		fabrics, err := s.node.Fabrics(c.Tenant)
 		if err != nil {

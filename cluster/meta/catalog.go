@@ -282,3 +282,11 @@ func (c *Catalog) Fabrics(tenant string) []Fabric {
 	}
 	return out
 }
+
+// Outside names the first stream of a fabric that regions would leave
+// outside (a replica, a local or a leader region elsewhere); "" for none.
+func (c *Catalog) Outside(fabric string, regions []string) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.state.outside(fabric, regions)
+}

@@ -8,7 +8,8 @@
 //   - its entries, structs of their own in a type space of their own
 //     (RegisterNode, CreateStream, DeleteStream, ReplaceReplica,
 //     RenewReplica, SetRetention, CreateTenant, DeleteTenant,
-//     CreateFabric, DeleteFabric), applied through a dispatch table;
+//     CreateFabric, DeleteFabric, SetFabricRegions), applied through a
+//     dispatch table;
 //   - the decisions, as pure functions: where a new stream's replicas go
 //     (Place), which node leads too much (BalanceLeaders), which replicas
 //     of dead nodes move where (DeadNodes, FindRepairs, Target, Settled),

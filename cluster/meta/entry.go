@@ -15,21 +15,22 @@ type Type uint8
 // Metadata entry types. Never renumber; a type that goes keeps its number
 // reserved here.
 const (
-	TypeRegisterNode   Type = 1  // RegisterNode
-	TypeCreateStream   Type = 2  // CreateStream
-	TypeDeleteStream   Type = 3  // DeleteStream
-	TypeReplaceReplica Type = 4  // ReplaceReplica
-	TypeRenewReplica   Type = 5  // RenewReplica
-	TypeSetRetention   Type = 6  // SetRetention
-	TypeCreateTenant   Type = 7  // CreateTenant
-	TypeDeleteTenant   Type = 8  // DeleteTenant
-	TypeCreateFabric   Type = 9  // CreateFabric
-	TypeDeleteFabric   Type = 10 // DeleteFabric
+	TypeRegisterNode     Type = 1  // RegisterNode
+	TypeCreateStream     Type = 2  // CreateStream
+	TypeDeleteStream     Type = 3  // DeleteStream
+	TypeReplaceReplica   Type = 4  // ReplaceReplica
+	TypeRenewReplica     Type = 5  // RenewReplica
+	TypeSetRetention     Type = 6  // SetRetention
+	TypeCreateTenant     Type = 7  // CreateTenant
+	TypeDeleteTenant     Type = 8  // DeleteTenant
+	TypeCreateFabric     Type = 9  // CreateFabric
+	TypeDeleteFabric     Type = 10 // DeleteFabric
+	TypeSetFabricRegions Type = 11 // SetFabricRegions
 )
 
 // CatalogFormat is the newest catalog format this version applies: 1 is
 // nodes and streams (types 1 to 6), 2 adds tenants and fabrics (types 7
-// to 10). Nodes advertise it in gossip (cluster.NodeMeta.Catalog), and
+// to 11). Nodes advertise it in gossip (cluster.NodeMeta.Catalog), and
 // the metadata leader writes an entry of a newer format only once every
 // node reads it, so that a rolling upgrade never stops an older node.
 const CatalogFormat = 2
@@ -140,21 +141,29 @@ type DeleteFabric struct {
 	Name string `msgpack:"n"` // TENANT/FABRIC
 }
 
+// SetFabricRegions replaces a fabric's regions, unless a stream of the
+// fabric has a replica, a local region or a leader region outside them.
+type SetFabricRegions struct {
+	Name    string   `msgpack:"n"`           // TENANT/FABRIC
+	Regions []string `msgpack:"g,omitempty"` // sorted; empty is every region
+}
+
 // Entry is the body of a metadata entry: one of the entry structs above.
 type Entry interface {
 	entryType() Type
 }
 
-func (RegisterNode) entryType() Type   { return TypeRegisterNode }
-func (CreateStream) entryType() Type   { return TypeCreateStream }
-func (DeleteStream) entryType() Type   { return TypeDeleteStream }
-func (ReplaceReplica) entryType() Type { return TypeReplaceReplica }
-func (RenewReplica) entryType() Type   { return TypeRenewReplica }
-func (SetRetention) entryType() Type   { return TypeSetRetention }
-func (CreateTenant) entryType() Type   { return TypeCreateTenant }
-func (DeleteTenant) entryType() Type   { return TypeDeleteTenant }
-func (CreateFabric) entryType() Type   { return TypeCreateFabric }
-func (DeleteFabric) entryType() Type   { return TypeDeleteFabric }
+func (RegisterNode) entryType() Type     { return TypeRegisterNode }
+func (CreateStream) entryType() Type     { return TypeCreateStream }
+func (DeleteStream) entryType() Type     { return TypeDeleteStream }
+func (ReplaceReplica) entryType() Type   { return TypeReplaceReplica }
+func (RenewReplica) entryType() Type     { return TypeRenewReplica }
+func (SetRetention) entryType() Type     { return TypeSetRetention }
+func (CreateTenant) entryType() Type     { return TypeCreateTenant }
+func (DeleteTenant) entryType() Type     { return TypeDeleteTenant }
+func (CreateFabric) entryType() Type     { return TypeCreateFabric }
+func (DeleteFabric) entryType() Type     { return TypeDeleteFabric }
+func (SetFabricRegions) entryType() Type { return TypeSetFabricRegions }
 
 // Encode returns the Raft bytes of an entry: its type byte, then its body
 // in msgpack with sorted map keys.
@@ -205,14 +214,15 @@ func handle[E Entry](name string, f func(*state, uint64, E) bool) handler {
 
 // handlers is the dispatch table of the metadata entries.
 var handlers = map[Type]handler{
-	TypeRegisterNode:   handle("RegisterNode", (*state).registerNode),
-	TypeCreateStream:   handle("CreateStream", (*state).createStream),
-	TypeDeleteStream:   handle("DeleteStream", (*state).deleteStream),
-	TypeReplaceReplica: handle("ReplaceReplica", (*state).replaceReplica),
-	TypeRenewReplica:   handle("RenewReplica", (*state).renewReplica),
-	TypeSetRetention:   handle("SetRetention", (*state).setRetention),
-	TypeCreateTenant:   handle("CreateTenant", (*state).createTenant),
-	TypeDeleteTenant:   handle("DeleteTenant", (*state).deleteTenant),
-	TypeCreateFabric:   handle("CreateFabric", (*state).createFabric),
-	TypeDeleteFabric:   handle("DeleteFabric", (*state).deleteFabric),
+	TypeRegisterNode:     handle("RegisterNode", (*state).registerNode),
+	TypeCreateStream:     handle("CreateStream", (*state).createStream),
+	TypeDeleteStream:     handle("DeleteStream", (*state).deleteStream),
+	TypeReplaceReplica:   handle("ReplaceReplica", (*state).replaceReplica),
+	TypeRenewReplica:     handle("RenewReplica", (*state).renewReplica),
+	TypeSetRetention:     handle("SetRetention", (*state).setRetention),
+	TypeCreateTenant:     handle("CreateTenant", (*state).createTenant),
+	TypeDeleteTenant:     handle("DeleteTenant", (*state).deleteTenant),
+	TypeCreateFabric:     handle("CreateFabric", (*state).createFabric),
+	TypeDeleteFabric:     handle("DeleteFabric", (*state).deleteFabric),
+	TypeSetFabricRegions: handle("SetFabricRegions", (*state).setFabricRegions),
 }

@@ -1,6 +1,8 @@
 package meta
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -88,4 +90,44 @@ func (s *state) adopt(stream string) {
 	if _, ok := s.Fabrics[st.FabricName()]; !ok {
 		s.Fabrics[st.FabricName()] = Fabric{Name: st.FabricName()}
 	}
+}
+
+// setFabricRegions replaces a fabric's regions unless a stream of it would
+// be left outside them (outside).
+func (s *state) setFabricRegions(_ uint64, e SetFabricRegions) bool {
+	f, ok := s.Fabrics[e.Name]
+	if !ok || s.outside(e.Name, e.Regions) != "" {
+		return false
+	}
+	f.Regions = e.Regions
+	s.Fabrics[e.Name] = f
+	return true
+}
+
+// outside names the first stream of a fabric that regions would leave
+// outside: with a replica on a node of another region, or a local or
+// leader region not among them; "" when none. Empty regions is every
+// region.
+func (s *state) outside(fabric string, regions []string) string {
+	if len(regions) == 0 {
+		return ""
+	}
+	in := func(r string) bool { return slices.Contains(regions, r) }
+	for _, name := range slices.Sorted(maps.Keys(s.Streams)) {
+		st := s.Streams[name]
+		if fabricOf(name) != fabric {
+			continue
+		}
+		if (st.Local != "" && !in(st.Local)) || (st.LeaderRegion != "" && !in(st.LeaderRegion)) {
+			return name
+		}
+		for _, p := range st.Placement {
+			for _, node := range p {
+				if !in(s.Nodes[node].Region) {
+					return name
+				}
+			}
+		}
+	}
+	return ""
 }

@@ -59,3 +59,39 @@ func TestStreamAdoptsItsFabric(t *testing.T) {
 		t.Fatal("the adopted fabric was deleted while it holds a stream")
 	}
 }
+
+// A fabric's regions change only when no stream of it would be left
+// outside them: a replica on a node of a dropped region, or a local or
+// leader region dropped. Adding a region is always allowed.
+func TestSetFabricRegions(t *testing.T) {
+	c := NewCatalog(nil, nil)
+	steps := []struct {
+		entry Entry
+		done  bool
+	}{
+		{RegisterNode{ID: "a", Region: "eu"}, true},
+		{RegisterNode{ID: "b", Region: "us"}, true},
+		{SetFabricRegions{Name: "t/f", Regions: []string{"eu"}}, false}, // no such fabric
+		{CreateTenant{Name: "t"}, true},
+		{CreateFabric{Name: "t/f", Regions: []string{"eu", "us"}}, true},
+		{CreateStream{Name: "persistent://t/f/g", Partitions: 1, Replicas: 2, Placement: [][]string{{"a", "b"}}}, true},
+		{SetFabricRegions{Name: "t/f", Regions: []string{"eu"}}, false},            // g has a replica in us
+		{SetFabricRegions{Name: "t/f", Regions: []string{"ap", "eu", "us"}}, true}, // adding
+		{DeleteStream{Name: "persistent://t/f/g"}, true},
+		{CreateStream{Name: "persistent://t/f/l", Partitions: 1, Replicas: 1, Placement: [][]string{{"a"}}, Local: "eu"}, true},
+		{SetFabricRegions{Name: "t/f", Regions: []string{"ap", "us"}}, false}, // l is local to eu
+		{CreateStream{Name: "persistent://t/f/led", Partitions: 1, Replicas: 1, Placement: [][]string{{"a"}}, LeaderRegion: "eu"}, true},
+		{DeleteStream{Name: "persistent://t/f/l"}, true},
+		{SetFabricRegions{Name: "t/f", Regions: []string{"ap", "us"}}, false}, // led is led in eu, its replica there
+		{SetFabricRegions{Name: "t/f", Regions: []string{"eu"}}, true},
+		{SetFabricRegions{Name: "t/f"}, true}, // every region
+	}
+	for i, s := range steps {
+		if got := mustApply(t, c, uint64(i+1), s.entry).Done; got != s.done {
+			t.Fatalf("step %d, %T %+v: done %v, want %v", i, s.entry, s.entry, got, s.done)
+		}
+	}
+	if f, _ := c.Fabric("t/f"); len(f.Regions) != 0 {
+		t.Fatalf("regions %v, want every region", f.Regions)
+	}
+}

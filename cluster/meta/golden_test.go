@@ -52,6 +52,7 @@ var goldenFabricEntries = []struct {
 	{"create-fabric", CreateFabric{Name: "t/f", Regions: []string{"eu", "us"},
 		Defaults: StreamDefaults{Partitions: 4, Replicas: 3, Retention: goldenPolicy}}},
 	{"delete-fabric", DeleteFabric{Name: "t/f"}},
+	{"set-fabric-regions", SetFabricRegions{Name: "t/f", Regions: []string{"eu", "us"}}},
 }
 
 // The entries of tenants and fabrics decode to what they were written

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 )
@@ -88,6 +89,48 @@ func (s *Service) CreateFabric(ctx context.Context, spec FabricSpec) error {
 			return fmt.Errorf("%w: %s", ErrFabricExists, e.Name)
 		}
 		return fmt.Errorf("%w: tenant %s changed meanwhile; try again", ErrNotReady, tenant)
+	}
+	return nil
+}
+
+// SetFabricRegions replaces a fabric's regions, as the metadata leader.
+// Adding regions is always allowed; a change that would leave a stream of
+// the fabric with a replica, a local or a leader region outside the new
+// regions is refused (ErrNotAllowed, naming the stream): nothing is moved
+// or deleted silently. Empty regions is every region. The errors:
+// ErrInvalid, *NotLeaderError, ErrFabricNotFound, ErrNotAllowed,
+// ErrNotReady.
+func (s *Service) SetFabricRegions(ctx context.Context, name string, regions []string) error {
+	tenant, fabric, err := geofabric.ParseFabric(name)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	name = tenant + "/" + fabric
+	for _, r := range regions {
+		if err := geofabric.CheckRegion(r); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	regions = slices.Compact(slices.Sorted(slices.Values(regions)))
+	if _, ok := s.catalog.Fabric(name); !ok {
+		return fmt.Errorf("%w: %s", ErrFabricNotFound, name)
+	}
+	refuse := func(stream string) error {
+		return fmt.Errorf("%w: stream %s of fabric %s has replicas or a region outside %s; delete or move it first",
+			ErrNotAllowed, stream, name, strings.Join(regions, ", "))
+	}
+	if st := s.catalog.Outside(name, regions); st != "" {
+		return refuse(st)
+	}
+	res, err := s.apply(ctx, SetFabricRegions{Name: name, Regions: regions})
+	if err != nil {
+		return err
+	}
+	if !res.Done {
+		if st := s.catalog.Outside(name, regions); st != "" {
+			return refuse(st)
+		}
+		return fmt.Errorf("%w: fabric %s changed meanwhile; try again", ErrNotReady, name)
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ retention, taken by stream create when its flags leave them out.`,
 				return nil
 			})
 		},
-	}, a.fabricDescribeCommand(), &cobra.Command{
+	}, a.fabricDescribeCommand(), a.fabricRegionsCommand(), &cobra.Command{
 		Use:   "delete TENANT/FABRIC",
 		Short: "Delete a fabric that has no stream left",
 		Args:  cobra.ExactArgs(1),
@@ -182,4 +182,42 @@ where defaults left to the cluster are missing.`,
 	}
 	describe.Flags().BoolVar(&asJSON, "json", false, "print the description as JSON")
 	return describe
+}
+
+func (a *app) fabricRegionsCommand() *cobra.Command {
+	var regions []string
+	cmd := &cobra.Command{
+		Use:   "set-regions TENANT/FABRIC --regions a,b",
+		Short: "Replace a fabric's regions",
+		Long: `Replace the regions a fabric's streams may use (--regions none: every
+region). Adding regions always works. A change that would leave a stream of
+the fabric with a replica, a local region or a leader region outside the
+new regions is refused, naming the stream: nothing is moved or deleted
+silently; move or delete such streams first.`,
+		Example: "  fabriq fabric set-regions acme/eu --regions eu-west,eu-central,eu-north",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(regions) == 1 && regions[0] == "none" {
+				regions = nil
+			}
+			return a.withClient(func(c *client.Client) error {
+				if err := c.SetFabricRegions(cmd.Context(), args[0], regions); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "fabric %s: regions %s\n", args[0], orEvery(regions))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&regions, "regions", nil, "the fabric's regions, comma-separated (none: every region)")
+	_ = cmd.MarkFlagRequired("regions")
+	return cmd
+}
+
+// orEvery names a list of regions, or says every region.
+func orEvery(regions []string) string {
+	if len(regions) == 0 {
+		return "every region"
+	}
+	return strings.Join(regions, ", ")
 }
