@@ -43,17 +43,7 @@ func request(ctx context.Context, t *testing.T, c *transport.Conn, req transport
 	if err := c.Send(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		res, err := c.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := res.(*transport.Ping); ok {
-			c.Send(ctx, &transport.Pong{})
-			continue
-		}
-		return res
-	}
+	return nextFrame(ctx, t, c)
 }
 
 // wantLimit fails unless res is a LimitExceeded error whose message says

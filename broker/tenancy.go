@@ -59,6 +59,10 @@ func (h sessionNode) DescribeFabric(name string) (transport.FabricInfo, error) {
 		return transport.FabricInfo{}, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	f, ok := h.n.catalog.Fabric(tenant + "/" + fabric)
+	if !ok && tenant == geofabric.DefaultTenant && fabric == geofabric.DefaultFabric {
+		// There from the start, even before the metadata leader wrote it.
+		f, ok = meta.Fabric{Name: tenant + "/" + fabric}, true
+	}
 	if !ok {
 		return transport.FabricInfo{}, h.n.notFound(transport.CodeFabricNotFound, "fabric %s/%s does not exist", tenant, fabric)
 	}

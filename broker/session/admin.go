@@ -52,11 +52,8 @@ func (s *Session) listStreams(c *transport.ListStreams) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
-	// FabricNotFound, as Pulsar answers for a missing namespace; the
-	// default fabric is there from the start, even before the metadata
-	// leader has written it.
-	isDefault := tenant == geofabric.DefaultTenant && fabric == geofabric.DefaultFabric
-	if _, err := s.node.DescribeFabric(tenant + "/" + fabric); err != nil && !isDefault {
+	// FabricNotFound, as Pulsar answers for a missing namespace.
+	if _, err := s.node.DescribeFabric(tenant + "/" + fabric); err != nil {
 		s.replyErr(c.RequestID, err)
 		return
 	}

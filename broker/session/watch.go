@@ -40,9 +40,8 @@ func (s *Session) watchStreams(c *transport.WatchStreams) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidArgument, "stream pattern: %v", err))
 		return
 	}
-	isDefault := tenant == geofabric.DefaultTenant && fabric == geofabric.DefaultFabric
-	if _, err := s.node.DescribeFabric(tenant + "/" + fabric); err != nil && !isDefault {
-		s.replyErr(c.RequestID, err) // the default fabric is there from the start
+	if _, err := s.node.DescribeFabric(tenant + "/" + fabric); err != nil {
+		s.replyErr(c.RequestID, err)
 		return
 	}
 	w := &streamWatch{stop: make(chan struct{})}
