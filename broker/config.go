@@ -132,6 +132,10 @@ type SubscriptionLimits struct {
 	// ReconnectGrace is how long a new partition leader keeps the roles
 	// of consumers that have not reconnected yet (SUB-7). Default 10s.
 	ReconnectGrace time.Duration
+	// ProbeTimeout is how long a connected holder of what a newcomer asks
+	// for (an exclusive subscription, a failover master's place) has to
+	// answer a ping before the newcomer replaces it (EX-2). Default 2s.
+	ProbeTimeout time.Duration
 	// DrainTimeout is how long an old failover master may ack what it
 	// holds before the new one starts (FO-5). Default 1s; negative hands
 	// over at once.
@@ -243,6 +247,7 @@ func (l ClientLimits) validate() error {
 func DefaultSubscriptionLimits() SubscriptionLimits {
 	return SubscriptionLimits{
 		ReconnectGrace:            partition.DefaultReconnectGrace,
+		ProbeTimeout:              partition.DefaultProbeTimeout,
 		DrainTimeout:              time.Second,
 		MaxUnackedPerConsumer:     50_000,
 		MaxUnackedPerSubscription: 200_000,
@@ -268,6 +273,9 @@ func (l SubscriptionLimits) withDefaults() SubscriptionLimits {
 	d := DefaultSubscriptionLimits()
 	if l.ReconnectGrace == 0 {
 		l.ReconnectGrace = d.ReconnectGrace
+	}
+	if l.ProbeTimeout == 0 {
+		l.ProbeTimeout = d.ProbeTimeout
 	}
 	if l.DrainTimeout == 0 {
 		l.DrainTimeout = d.DrainTimeout
@@ -366,6 +374,8 @@ func (c Config) Validate() error {
 		return errors.New("broker: Join needs GossipAddr")
 	case c.Subscriptions.ReconnectGrace < 0:
 		return fmt.Errorf("broker: ReconnectGrace must not be negative, not %v", c.Subscriptions.ReconnectGrace)
+	case c.Subscriptions.ProbeTimeout < 0:
+		return fmt.Errorf("broker: ProbeTimeout must not be negative, not %v", c.Subscriptions.ProbeTimeout)
 	case c.Subscriptions.MaxUnackedPerConsumer < 0, c.Subscriptions.MaxUnackedPerSubscription < 0,
 		c.Subscriptions.LookAheadPerConsumer < 0, c.Subscriptions.LookAheadPerSubscription < 0:
 		return errors.New("broker: subscription limits must not be negative")

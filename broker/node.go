@@ -676,6 +676,7 @@ func (n *Node) newPartition(name string, log *storage.Log, f *fsm.Machine, g *cl
 	cfg := partition.DefaultConfig()
 	cfg.Name, cfg.Log, cfg.Machine, cfg.Group, cfg.Logger = name, log, f, g, n.logger
 	cfg.ReconnectGrace = n.cfg.Subscriptions.ReconnectGrace
+	cfg.ProbeTimeout = n.cfg.Subscriptions.ProbeTimeout
 	cfg.Dispatch = n.cfg.Subscriptions.engine()
 	cfg.MaxSubscriptions = n.cfg.Limits.MaxSubscriptionsPerPartition
 	cfg.MaxEntryBytes = max(cfg.MaxEntryBytes, n.cfg.MaxMessageBytes+1<<20)

@@ -111,6 +111,10 @@ type Config struct {
 	// that have not reconnected yet (SUB-7). Default
 	// DefaultReconnectGrace.
 	ReconnectGrace time.Duration
+	// ProbeTimeout is how long a connected holder in a newcomer's way has
+	// to answer a ping before the newcomer replaces it (EX-2). Default
+	// DefaultProbeTimeout.
+	ProbeTimeout time.Duration
 	// Dispatch are the dispatch engine's limits and timings, as the
 	// subscription engine takes them.
 	Dispatch subscription.Limits
@@ -133,6 +137,7 @@ func DefaultConfig() Config {
 		ApplyTimeout:      10 * time.Second,
 		AckInterval:       2 * time.Millisecond,
 		ReconnectGrace:    DefaultReconnectGrace,
+		ProbeTimeout:      DefaultProbeTimeout,
 		SweepInterval:     250 * time.Millisecond,
 		RetentionInterval: DefaultRetentionInterval,
 	}
@@ -145,6 +150,7 @@ func (c Config) withDefaults() Config {
 	c.ApplyTimeout = cmp.Or(c.ApplyTimeout, d.ApplyTimeout)
 	c.AckInterval = cmp.Or(c.AckInterval, d.AckInterval)
 	c.ReconnectGrace = cmp.Or(c.ReconnectGrace, d.ReconnectGrace)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
 	c.SweepInterval = cmp.Or(c.SweepInterval, d.SweepInterval)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
 	if c.Logger == nil {
@@ -169,7 +175,7 @@ func (c Config) Validate() error {
 	if c.MaxEntryBytes < 0 || c.MaxInflight < 0 || c.MaxSubscriptions < 0 {
 		errs = append(errs, errors.New("negative sizes"))
 	}
-	if c.ApplyTimeout < 0 || c.AckInterval < 0 || c.ReconnectGrace < 0 || c.SweepInterval < 0 || c.RetentionInterval < 0 {
+	if c.ApplyTimeout < 0 || c.AckInterval < 0 || c.ReconnectGrace < 0 || c.ProbeTimeout < 0 || c.SweepInterval < 0 || c.RetentionInterval < 0 {
 		errs = append(errs, errors.New("negative durations"))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -43,9 +43,9 @@ type SubscribeRequest struct {
 	Conn uint64
 }
 
-// probeTimeout is how long a holder has to answer a ping before a
-// newcomer replaces it (EX-2).
-const probeTimeout = 2 * time.Second
+// DefaultProbeTimeout is how long, by default, a holder has to answer a
+// ping before a newcomer replaces it (EX-2).
+const DefaultProbeTimeout = 2 * time.Second
 
 // Subscribe creates the subscription if needed and makes the consumer one
 // of its members (through Raft: the consumer set is replicated state,
@@ -120,7 +120,7 @@ func (p *Partition) readerStart(r SubscribeRequest) (uint64, error) {
 func (p *Partition) join(ctx context.Context, r SubscribeRequest, keyMode transport.KeySharedMode, outOfOrder bool, c *Consumer, probed bool) (again bool, err error) {
 	holder, err := p.checkJoin(r, keyMode, outOfOrder, c)
 	if err != nil {
-		if holder != nil && !probed && !holder.out.Probe(probeTimeout) {
+		if holder != nil && !probed && !holder.out.Probe(p.cfg.ProbeTimeout) {
 			p.logger.Info("consumer did not answer a ping; replacing it", "subscription", r.Subscription, "consumer", holder.name)
 			p.detach(r.Subscription, holder)
 			holder.out.Drop()

@@ -103,6 +103,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.DurationVar(&o.replaceDead, "replace-dead-after", 5*time.Minute, "move the replicas of a node dead this long to live nodes (negative: never)")
 	d := broker.DefaultSubscriptionLimits()
 	f.DurationVar(&o.subs.ReconnectGrace, "reconnect-grace", d.ReconnectGrace, "after a partition leader change, how long consumers keep their roles (failover master, key_shared hashes) while they reconnect")
+	f.DurationVar(&o.subs.ProbeTimeout, "consumer-probe-timeout", d.ProbeTimeout, "how long a connected consumer holding what a newcomer asks for (an exclusive subscription, a failover master's place) has to answer a ping before the newcomer replaces it")
 	f.DurationVar(&o.subs.DrainTimeout, "failover-drain-timeout", d.DrainTimeout, "how long an old failover master may ack what it holds before the new master starts (negative: no wait)")
 	f.DurationVar(&o.subs.FailoverStabilityWindow, "failover-stability-window", 0, "how long a returning higher-ranked failover consumer must stay connected before it takes the master role back")
 	f.IntVar(&o.subs.MaxUnackedPerConsumer, "max-unacked-per-consumer", d.MaxUnackedPerConsumer, "a shared or key_shared consumer holding this many unacked messages gets no more until half are acked")
