@@ -228,7 +228,7 @@ func (n *Node) startControl(ctx context.Context) error {
 		Self:              meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region},
 		Group:             n.groupConfig(meta.GroupID, filepath.Join(n.cfg.DataDir, "meta"), nil, nil),
 		BootstrapExpect:   n.cfg.BootstrapExpect,
-		ReplaceDeadAfter:  n.cfg.ReplaceDeadAfter,
+		ReplaceDeadAfter:  max(n.cfg.ReplaceDeadAfter, 0), // negative: never, which meta says with 0
 		AutoCreateFabrics: n.cfg.AutoCreateFabrics,
 		ApplyTimeout:      applyTimeout,
 		Host:              host{n},

@@ -574,3 +574,15 @@ func createInFabric(ctx context.Context, c *client.Client, stream string, partit
 	}
 	return c.CreateStream(ctx, stream, partitions, replicas, opts...)
 }
+
+// A negative ReplaceDeadAfter means replicas are never moved off a dead
+// node (as --replace-dead-after documents); the node starts with it.
+func TestReplaceDeadAfterNever(t *testing.T) {
+	n := startNodeWith(t, t.TempDir(), func(c *broker.Config) { c.ReplaceDeadAfter = -time.Second })
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.CreateStream(ctx, "never-moved", 1, 1); err != nil {
+		t.Fatal(err)
+	}
+}
