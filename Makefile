@@ -19,7 +19,7 @@ CHAOS_NETNS ?= true
 # Disk-full faults (lazyfs mounts that act as full); false leaves them out.
 CHAOS_DISKFULL ?= true
 
-.PHONY: help build test lint bench fuzz chaos chaos-short run clean
+.PHONY: help build test lint bench bench-wan fuzz chaos chaos-short run clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ lint: ## gofmt, go vet and staticcheck (pinned in go.mod)
 
 bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
 	FABRIQ_BENCH_LOG_BYTES=$(BENCH_LOG_BYTES) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
+
+bench-wan: ## produce latency and failover between regions 40 ms apart (root, iproute2, /dev/net/tun)
+	$(GO) test -run '^$$' -bench '^BenchmarkWANProduce$$' -benchtime 200x -timeout 30m -v ./tests/wan
+	$(GO) test -run '^$$' -bench '^BenchmarkWANFailover$$' -benchtime 10x -timeout 30m -v ./tests/wan
 
 chaos: ## the chaos suite on 5 fabriqd processes for CHAOS_TIME (CHAOS_SEED replays a plan)
 	@mkdir -p $(CHAOS_OUT)

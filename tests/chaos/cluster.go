@@ -33,13 +33,32 @@ type Node struct {
 	paused bool
 }
 
-// Cluster runs fabriqd processes, on loopback or each in a network
-// namespace of its own (Net).
+// Cluster runs fabriqd processes, on loopback or each on a host of its
+// own (Hosts).
 type Cluster struct {
 	Bin   string
 	Nodes []*Node
-	// Net, when set, holds the nodes' namespaces.
+	// Net, when set, holds the nodes' namespaces and injects network
+	// faults.
 	Net *Net
+
+	hosts Hosts
+}
+
+// Hosts give each node a host of its own: an address, and a way to run
+// a program there. Net is one; so are regions far apart (tests/wan).
+type Hosts interface {
+	// IP is host i's address.
+	IP(i int) string
+	// Command runs a program on host i.
+	Command(i int, bin string, args ...string) *exec.Cmd
+}
+
+// Append adds flags to the node's command line, from its next start.
+func (n *Node) Append(args ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.args = append(n.args, args...)
 }
 
 // usedPorts are the ports handed out in this process.
@@ -76,14 +95,21 @@ func freeAddr() (string, error) {
 	return "", fmt.Errorf("chaos: no free port")
 }
 
-// NewCluster prepares n nodes that bootstrap together, in nt's
-// namespaces if nt is not nil; extra flags go to every node. Logs go to
-// logDir/ID.log.
-func NewCluster(bin, dataDir, logDir string, n int, nt *Net, extra ...string) (*Cluster, error) {
-	c := &Cluster{Bin: bin, Net: nt}
+// NewCluster prepares n nodes that bootstrap together, on hosts if they
+// are not nil (a *Net also injects network faults), on loopback
+// otherwise; extra flags go to every node. Logs go to logDir/ID.log.
+func NewCluster(bin, dataDir, logDir string, n int, hosts Hosts, extra ...string) (*Cluster, error) {
+	c := &Cluster{Bin: bin}
+	if nt, ok := hosts.(*Net); ok {
+		if nt == nil {
+			hosts = nil
+		}
+		c.Net = nt
+	}
+	c.hosts = hosts
 	addr := func(i, port int) (string, error) {
-		if nt != nil {
-			return fmt.Sprintf("%s:%d", nt.IP(i), port), nil
+		if hosts != nil {
+			return fmt.Sprintf("%s:%d", hosts.IP(i), port), nil
 		}
 		return freeAddr()
 	}
@@ -135,8 +161,8 @@ func (c *Cluster) Start(n *Node) error {
 		return err
 	}
 	cmd := exec.Command(c.Bin, n.args...)
-	if c.Net != nil {
-		cmd = c.Net.Command(c.index(n), c.Bin, n.args...)
+	if c.hosts != nil {
+		cmd = c.hosts.Command(c.index(n), c.Bin, n.args...)
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
