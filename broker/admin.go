@@ -49,6 +49,15 @@ func (h sessionNode) SetRetention(ctx context.Context, name string, retention tr
 
 func (h sessionNode) Streams() []string { return h.n.streamNames() }
 
+func (h sessionNode) SyncCatalog(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	if err := h.n.control.Sync(ctx); err != nil {
+		return wire.Errorf(transport.CodeServiceNotReady, "the metadata leader cannot confirm this node's catalog is current: %v", err)
+	}
+	return nil
+}
+
 func (h sessionNode) StreamsChanged() <-chan struct{} { return h.n.catalog.Watch() }
 
 func (h sessionNode) DescribeStream(name string, only *int32) (transport.StreamInfo, error) {

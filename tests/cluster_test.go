@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // clusterNode is a node of a test cluster with fixed addresses, so that it
@@ -859,10 +860,11 @@ func TestClusterRenewsCopyWithDamagedRaftLog(t *testing.T) {
 	}
 }
 
-// A stream created through the metadata leader is known at once through
-// a node whose catalog lags (it was paused during the create): the node
-// catches up before it answers a stream missing.
-func TestCreatedStreamKnownOnLaggingNode(t *testing.T) {
+// What was created or deleted through the metadata leader shows at once
+// through a node whose catalog lags (it was paused during the change):
+// the node catches up before it answers a stream missing, and before it
+// lists or describes streams, fabrics and tenants.
+func TestCatalogReadsOnLaggingNode(t *testing.T) {
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, time.Minute)
 	c := newClient(t, clusterURL(nodes))
@@ -880,27 +882,71 @@ func TestCreatedStreamKnownOnLaggingNode(t *testing.T) {
 	if err := ensureFabric(ctx, leader, "persistent://acme/lag/x"); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 8 { // without the catch-up, most runs fail within a few rounds
-		stream := fmt.Sprintf("persistent://acme/lag/s%d", i)
+	for i := range 15 { // without the catch-up, most runs fail within a few rounds
+		stream, fabric := fmt.Sprintf("persistent://acme/lag/s%d", i), fmt.Sprintf("acme/f%d", i)
+		previous := fmt.Sprintf("persistent://acme/lag/s%d", i-1)
 		if err := lagging.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		err := leader.CreateStream(ctx, stream, 1, 1) // one replica: the create never waits on the paused node
+		// One replica: the changes never wait on the paused node.
+		err := leader.CreateStream(ctx, stream, 1, 1)
+		if err == nil {
+			err = leader.CreateFabric(ctx, fabric, client.FabricOptions{})
+		}
+		if err == nil && i > 0 {
+			err = leader.DeleteStream(ctx, previous, true)
+		}
 		if cerr := lagging.cmd.Process.Signal(syscall.SIGCONT); cerr != nil {
 			t.Fatal(cerr)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A client of the lagging node alone: its first answer counts.
+		// A client of the lagging node alone: its first answers count.
 		c, err := client.New(client.Options{URL: lagging.url(), OperationTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.DescribeStreamLocal(ctx, stream)
-		c.Close()
-		if err != nil {
-			t.Fatalf("describe of %s through %s, just after its create: %v", stream, lagging.id, err)
+		defer c.Close()
+		// Any read catches the node up: each kind goes first in turn.
+		checks := []func() error{
+			func() error {
+				streams, err := c.ListStreams(ctx, "acme/lag")
+				if err != nil || !slices.Contains(streams, stream) || slices.Contains(streams, previous) {
+					return fmt.Errorf("streams of acme/lag just after %s was created and %s deleted: %v, %v", stream, previous, streams, err)
+				}
+				return nil
+			},
+			func() error {
+				if _, err := c.DescribeStreamLocal(ctx, previous); i > 0 && transport.CodeOf(err) != transport.CodeStreamNotFound {
+					return fmt.Errorf("describe of %s just after its delete: %v", previous, err)
+				}
+				return nil
+			},
+			func() error {
+				fabrics, err := c.ListFabrics(ctx, "acme")
+				if err != nil || !slices.ContainsFunc(fabrics, func(f client.FabricInfo) bool { return f.Fabric == fabric }) {
+					return fmt.Errorf("fabrics of acme just after %s was created: %v, %v", fabric, fabrics, err)
+				}
+				return nil
+			},
+			func() error {
+				if _, err := c.DescribeFabric(ctx, fabric); err != nil {
+					return fmt.Errorf("describe of %s just after its create: %v", fabric, err)
+				}
+				return nil
+			},
+			func() error {
+				if _, err := c.DescribeStreamLocal(ctx, stream); err != nil {
+					return fmt.Errorf("describe of %s just after its create: %v", stream, err)
+				}
+				return nil
+			},
+		}
+		for j := range checks {
+			if err := checks[(i+j)%len(checks)](); err != nil {
+				t.Fatalf("through %s: %v", lagging.id, err)
+			}
 		}
 	}
 }

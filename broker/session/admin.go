@@ -52,6 +52,9 @@ func (s *Session) listStreams(c *transport.ListStreams) {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
 	}
+	if !s.synced(s.ctx, c.RequestID) {
+		return
+	}
 	// FabricNotFound, as Pulsar answers for a missing namespace.
 	if _, err := s.node.DescribeFabric(tenant + "/" + fabric); err != nil {
 		s.replyErr(c.RequestID, err)
@@ -68,6 +71,9 @@ func (s *Session) listStreams(c *transport.ListStreams) {
 }
 
 func (s *Session) describeStream(c *transport.DescribeStream) {
+	if !s.synced(s.ctx, c.RequestID) {
+		return
+	}
 	info, err := s.node.DescribeStream(c.Stream, c.Partition)
 	if err != nil {
 		s.replyErr(c.RequestID, err)

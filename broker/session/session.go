@@ -60,6 +60,11 @@ type Node interface {
 	DescribeStream(stream string, partition *int32) (transport.StreamInfo, error)
 	// ClusterStatus reports the cluster as this node sees it.
 	ClusterStatus() transport.ClusterInfo
+	// SyncCatalog waits until this node's catalog holds every change
+	// committed before the call, so that a listing or description after
+	// it shows a stream, tenant or fabric created or deleted through
+	// another node a moment ago.
+	SyncCatalog(ctx context.Context) error
 	// CreateTenant, DeleteTenant, CreateFabric and DeleteFabric change
 	// the tenants and fabrics; Tenants, Fabrics and DescribeFabric read
 	// them.

@@ -17,6 +17,9 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 	case *transport.DeleteTenant:
 		s.answer(c.RequestID, s.node.DeleteTenant(ctx, c.Tenant))
 	case *transport.ListTenants:
+		if !s.synced(ctx, c.RequestID) {
+			break
+		}
 		s.reply(&transport.ListTenantsResult{RequestID: c.RequestID, Tenants: s.node.Tenants()})
 	case *transport.CreateFabric:
 		s.answer(c.RequestID, s.node.CreateFabric(ctx, c))
@@ -25,6 +28,9 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 	case *transport.SetFabricRegions:
 		s.answer(c.RequestID, s.node.SetFabricRegions(ctx, c.Fabric, c.Regions))
 	case *transport.ListFabrics:
+		if !s.synced(ctx, c.RequestID) {
+			break
+		}
 		fabrics, err := s.node.Fabrics(c.Tenant)
 		if err != nil {
 			s.replyErr(c.RequestID, err)
@@ -36,6 +42,9 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 	case *transport.CloseWatch:
 		s.closeWatch(c)
 	case *transport.DescribeFabric:
+		if !s.synced(ctx, c.RequestID) {
+			break
+		}
 		info, err := s.node.DescribeFabric(c.Fabric)
 		if err != nil {
 			s.replyErr(c.RequestID, err)
@@ -43,6 +52,17 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 		}
 		s.reply(&transport.DescribeFabricResult{RequestID: c.RequestID, Info: info})
 	default:
+		return false
+	}
+	return true
+}
+
+// synced waits until the node's catalog holds everything committed
+// before a read, so that it sees a change made through another node a
+// moment ago; if it cannot, it answers the request with the error.
+func (s *Session) synced(ctx context.Context, requestID uint64) bool {
+	if err := s.node.SyncCatalog(ctx); err != nil {
+		s.replyErr(requestID, err)
 		return false
 	}
 	return true
