@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts a local three-node fabriq cluster from bin/ and keeps it in the
 # foreground; Ctrl-C (or SIGTERM) stops every node cleanly. Data and logs
-# stay in RUN_DIR between runs.
+# stay in RUN_DIR between runs. Each node's pid is in RUN_DIR/NODE.pid; a
+# node that dies (killed, crashed) is started again a second later, as a
+# supervisor would, so that `fabriq bench failover` can kill leaders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,17 +15,26 @@ pids=()
 stop() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -f "$run_dir"/n*.pid
   echo "fabriq: cluster stopped; data and logs kept in $run_dir"
 }
 trap 'stop; exit 0' INT TERM
 
-for i in $(seq 0 $((nodes - 1))); do
-  bin/fabriqd --node-id "n$((i + 1))" --data-dir "$run_dir/n$((i + 1))" \
+# start_node I: starts node I (0-based); its log is appended to.
+start_node() {
+  local i=$1 id="n$(($1 + 1))"
+  bin/fabriqd --node-id "$id" --data-dir "$run_dir/$id" \
     --client-addr "127.0.0.1:$((6650 + i))" --raft-addr "127.0.0.1:$((7650 + i))" \
     --gossip-addr "127.0.0.1:$((7946 + i))" --http-addr "127.0.0.1:$((8080 + i))" \
     --bootstrap-expect "$nodes" --join "127.0.0.1:$((7946 + (i + 1) % nodes))" \
-    2>"$run_dir/n$((i + 1)).log" &
-  pids+=($!)
+    2>>"$run_dir/$id.log" &
+  pids[i]=$!
+  echo "$!" >"$run_dir/$id.pid"
+}
+
+for i in $(seq 0 $((nodes - 1))); do
+  : >"$run_dir/n$((i + 1)).log"
+  start_node "$i"
 done
 
 for i in $(seq 1 "$nodes"); do
@@ -57,6 +68,19 @@ fabriq: three nodes running on 127.0.0.1 (client ports 6650-6652); data and logs
     bin/fabriq produce persistent://demo/local/hello -m one -m two
     bin/fabriq consume persistent://demo/local/hello -s me --initial-position earliest -n 2 --json
     bin/fabriq cluster status
-  Ctrl-C stops the cluster.
+    bin/fabriq bench --replicas 3 --consumers 2 -t shared --duration 10s
+  A node that dies is started again (pids in $run_dir/NODE.pid). Ctrl-C stops the cluster.
 MSG
-wait
+
+# Supervise: start again a node that exits while the cluster runs.
+while true; do
+  wait -n "${pids[@]}" || true
+  for i in "${!pids[@]}"; do
+    if ! kill -0 "${pids[i]}" 2>/dev/null; then
+      wait "${pids[i]}" 2>/dev/null || true
+      echo "fabriq: node n$((i + 1)) exited; starting it again (log: $run_dir/n$((i + 1)).log)" >&2
+      sleep 1
+      start_node "$i"
+    fi
+  done
+done

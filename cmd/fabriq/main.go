@@ -90,7 +90,7 @@ right leader.`,
 			fmt.Fprintln(cmd.OutOrStdout(), "fabriq", version)
 		},
 	})
-	root.AddCommand(a.tenantCommand(), a.fabricCommand(), a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.clusterCommand())
+	root.AddCommand(a.tenantCommand(), a.fabricCommand(), a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.clusterCommand(), a.benchCommand())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
