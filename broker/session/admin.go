@@ -71,9 +71,9 @@ func (s *Session) listStreams(c *transport.ListStreams) {
 }
 
 func (s *Session) describeStream(c *transport.DescribeStream) {
-	if !s.synced(s.ctx, c.RequestID) {
-		return
-	}
+	// No catch-up here: a description is this node's view of its own
+	// replicas, and clients and tools poll it; a stream missing from the
+	// catalog is looked for again after one (Node.stream).
 	info, err := s.node.DescribeStream(c.Stream, c.Partition)
 	if err != nil {
 		s.replyErr(c.RequestID, err)

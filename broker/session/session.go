@@ -61,9 +61,10 @@ type Node interface {
 	// ClusterStatus reports the cluster as this node sees it.
 	ClusterStatus() transport.ClusterInfo
 	// SyncCatalog waits until this node's catalog holds every change
-	// committed before the call, so that a listing or description after
-	// it shows a stream, tenant or fabric created or deleted through
-	// another node a moment ago.
+	// committed before the call, so that a listing after it shows a
+	// stream, tenant or fabric created or deleted through another node a
+	// moment ago. It costs a round to the metadata leader and, there, a
+	// Raft barrier: for admin reads, not for what clients poll.
 	SyncCatalog(ctx context.Context) error
 	// CreateTenant, DeleteTenant, CreateFabric and DeleteFabric change
 	// the tenants and fabrics; Tenants, Fabrics and DescribeFabric read

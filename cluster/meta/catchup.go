@@ -45,10 +45,7 @@ func (s *Service) catchUp() bool {
 // ErrNotReady.
 func (s *Service) Sync(ctx context.Context) error {
 	if s.group.IsLeader() {
-		if err := s.group.Barrier(ctx); err != nil {
-			return fmt.Errorf("%w: %v", ErrNotReady, err)
-		}
-		return nil
+		return s.barrier(ctx)
 	}
 	index, err := s.leaderIndex(ctx)
 	if err != nil || index == 0 {

@@ -182,6 +182,11 @@ type Service struct {
 	// only that loop touches it.
 	notes map[string]bool
 
+	// barrierMu guards the shared read barriers (barrier.go).
+	barrierMu      sync.Mutex
+	nextBarrier    *barrierRound
+	barrierRunning bool
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -274,8 +279,8 @@ func (s *Service) Leader() string {
 // leader's.
 func (s *Service) Index(ctx context.Context) (uint64, error) {
 	if s.group.IsLeader() {
-		if err := s.group.Barrier(ctx); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrNotReady, err)
+		if err := s.barrier(ctx); err != nil {
+			return 0, err
 		}
 	}
 	return s.catalog.Applied(), nil
