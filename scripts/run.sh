@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts a local three-node fabriq cluster from bin/ and keeps it in the
+# Starts a local fabriq cluster of NODES nodes (default 3) from bin/ and keeps it in the
 # foreground; Ctrl-C (or SIGTERM) stops every node cleanly. Data and logs
 # stay in RUN_DIR between runs. Each node's pid is in RUN_DIR/NODE.pid; a
 # node that dies (killed, crashed) is started again a second later, as a
@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 run_dir="${RUN_DIR:-$PWD/.run}"
-nodes=3
+nodes="${NODES:-3}"
 mkdir -p "$run_dir"
 
 pids=()
@@ -58,8 +58,8 @@ for i in $(seq 1 "$nodes"); do
 done
 
 cat <<MSG
-fabriq: three nodes running on 127.0.0.1 (client ports 6650-6652); data and logs in $run_dir.
-  URL: fabriq://127.0.0.1:6650,127.0.0.1:6651,127.0.0.1:6652
+fabriq: $nodes nodes running on 127.0.0.1 (client ports 6650-$((6650 + nodes - 1))); data and logs in $run_dir.
+  URL: fabriq://$(seq -s, -f '127.0.0.1:%g' 6650 $((6650 + nodes - 1)))
   Try, in another terminal:
     bin/fabriq produce my-topic -m hi
     bin/fabriq consume my-topic -s s --initial-position earliest -n 1

@@ -84,8 +84,12 @@ func TestCLIBench(t *testing.T) {
 		t.Fatalf("the bench stream %s is still there: %d %s %s", res.Stream, code, out, errOut)
 	}
 
-	// A backlog, then consumers alone drain it.
-	res = runBench(t, url, "--stream", "drain", "--replicas", "3", "--keys", "100", "--consumers", "0", "--messages", "1000")
+	// A backlog (kept by retention: nobody subscribes while it is made),
+	// then consumers alone drain it.
+	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", "drain", "--replicas", "3", "--retention-time", "-1", "--retention-size", "-1"); code != 0 {
+		t.Fatalf("stream create: %d %s %s", code, out, errOut)
+	}
+	res = runBench(t, url, "--stream", "drain", "--keys", "100", "--consumers", "0", "--messages", "1000")
 	if res.Produced.Messages != 1000 || res.Consumed.Messages != 0 {
 		t.Fatalf("backlog: %+v", res)
 	}

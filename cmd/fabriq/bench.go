@@ -28,7 +28,8 @@ sent or --duration is over, whichever comes first; consumers then have --drain
 to receive what was acknowledged. With --producers 0 the consumers read what is
 there (--initial-position earliest) until they have --messages or --duration
 is over: produce a backlog with --consumers 0 --stream S first to measure how
-fast it drains.
+fast it drains (give S a retention policy, or the backlog nobody subscribed to
+is deleted).
 
 Publish latency runs from when a message was due (with --rate, its slot in the
 schedule) to its acknowledgement, so a producer that falls behind shows it.
@@ -40,8 +41,10 @@ the consumer's: both are this process.`,
   # synchronous sends, one at a time
   fabriq bench --sync --replicas 3 --messages 5000 --consumers 0
 
-  # a backlog of 200,000, then how fast 3 key_shared consumers drain it
-  fabriq bench --stream drain --replicas 3 --keys 1000 --consumers 0 --messages 200000
+  # a backlog of 200,000 (kept by retention: nobody subscribes while it is
+  # made), then how fast 3 key_shared consumers drain it
+  fabriq stream create drain --replicas 3 --retention-time -1 --retention-size -1
+  fabriq bench --stream drain --keys 1000 --consumers 0 --messages 200000
   fabriq bench --stream drain --producers 0 --consumers 3 -t key_shared --initial-position earliest --messages 200000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
