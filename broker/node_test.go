@@ -586,3 +586,22 @@ func TestReplaceDeadAfterNever(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A synchronous Send does not wait out the batching delay: its batch goes
+// at once (the delay here outlasts the test).
+func TestSyncSendDoesNotWaitForTheBatchingDelay(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: "sync-send", BatchingMaxPublishDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 3 {
+		if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte{byte(i)}}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+}

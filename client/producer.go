@@ -121,14 +121,25 @@ func (p *Producer) Name() string { return p.name }
 // Stream returns the stream's name.
 func (p *Producer) Stream() string { return p.stream.String() }
 
-// Send sends a message and waits until the broker has it committed.
+// Send sends a message and waits until the broker has it committed. Its
+// batch goes at once, without waiting out BatchingMaxPublishDelay: the
+// caller waits anyway, and the batch holds whatever other goroutines
+// sent meanwhile (as Pulsar's synchronous send does).
 func (p *Producer) Send(ctx context.Context, msg *ProducerMessage) (MessageID, error) {
 	type result struct {
 		id  MessageID
 		err error
 	}
 	ch := make(chan result, 1)
-	p.SendAsync(ctx, msg, func(id MessageID, _ *ProducerMessage, err error) { ch <- result{id, err} })
+	callback := func(id MessageID, _ *ProducerMessage, err error) { ch <- result{id, err} }
+	if p.closed.Load() {
+		return MessageID{}, ErrClosed
+	}
+	pp := p.parts[p.route(msg)]
+	pp.sendAsync(ctx, msg, callback)
+	pp.mu.Lock()
+	pp.flushLocked()
+	pp.mu.Unlock()
 	select {
 	case r := <-ch:
 		return r.id, r.err

@@ -12,7 +12,7 @@ import (
 
 // Nodes in three regions (n1 in eu; n2 to n5 in us; n6 in ap): a
 // global stream of a fabric of eu and us spreads over both and never
-// goes to ap; --leader-region eu moves leadership to n1, and back to it
+// goes to ap, one of a fabric of every region over all three; --leader-region eu moves leadership to n1, and back to it
 // after a failover once n1 is back; a local stream of us stays in us
 // through a node kill and the repair that follows.
 func TestRegions(t *testing.T) {
@@ -74,6 +74,17 @@ func TestRegions(t *testing.T) {
 	for _, rs := range placedIn(global) {
 		if !slices.Equal(rs, []string{"eu", "us", "us"}) {
 			t.Fatalf("a partition of the global stream is in %v, want eu, us, us", rs)
+		}
+	}
+	// A fabric of every region (public/default): each of the three holds
+	// a replica of every partition.
+	const everywhere = "persistent://public/default/everywhere"
+	if err := c.CreateStream(ctx, everywhere, 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range placedIn(everywhere) {
+		if !slices.Equal(rs, []string{"ap", "eu", "us"}) {
+			t.Fatalf("a partition of a stream of every region is in %v, want ap, eu, us", rs)
 		}
 	}
 	// Too few nodes where a local stream may go: refused, clearly.
