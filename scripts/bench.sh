@@ -56,7 +56,7 @@ step sync --stream sync --replicas "$replicas" --sync --consumers 0 --messages "
 step keyed-async --stream keyed --replicas "$replicas" --keys 1000 --consumers 0 --messages "$n_async" --in-flight 1024
 step consume-key-shared-3 --stream keyed --producers 0 --consumers 3 -t key_shared --subscription ks --initial-position earliest --messages "$n_async"
 for i in $(seq 1 "$nodes"); do
-  echo "rss n$i: $(awk '/^VmRSS/{printf "%.1f MB", $2/1024}' "/proc/$(cat "$base/run/n$i.pid")/status")"
+  echo "rss n$i: $(awk '/^(VmRSS|RssAnon|RssFile)/{printf "%s %.1f MB ", $1, $2/1024}' "/proc/$(cat "$base/run/n$i.pid")/status")"
 done
 if [[ $kills -gt 0 ]]; then
   bin/fabriq bench failover --json --kills "$kills" --replicas "$replicas" \

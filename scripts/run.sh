@@ -4,6 +4,7 @@
 # stay in RUN_DIR between runs. Each node's pid is in RUN_DIR/NODE.pid; a
 # node that dies (killed, crashed) is started again a second later, as a
 # supervisor would, so that `fabriq bench failover` can kill leaders.
+# PPROF=1 serves each node's Go profiles on 127.0.0.1:6060 + its index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,7 @@ start_node() {
     --client-addr "127.0.0.1:$((6650 + i))" --raft-addr "127.0.0.1:$((7650 + i))" \
     --gossip-addr "127.0.0.1:$((7946 + i))" --http-addr "127.0.0.1:$((8080 + i))" \
     --bootstrap-expect "$nodes" --join "127.0.0.1:$((7946 + (i + 1) % nodes))" \
+    ${PPROF:+--pprof-addr "127.0.0.1:$((6060 + i))"} \
     2>>"$run_dir/$id.log" &
   pids[i]=$!
   echo "$!" >"$run_dir/$id.pid"

@@ -39,6 +39,7 @@ type options struct {
 	raftAddr        string
 	gossipAddr      string
 	httpAddr        string
+	pprofAddr       string
 	region          string
 	join            []string
 	bootstrapExpect int
@@ -85,6 +86,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
 	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address, TCP and UDP")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "metrics and health address (advertised; served in a later version)")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 1, "nodes that bootstrap the metadata group together (1: bootstrap alone)")
@@ -172,6 +174,14 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	cancel()
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
+	}
+	if o.pprofAddr != "" {
+		stopPprof, err := servePprof(o.pprofAddr, logger)
+		if err != nil {
+			node.Shutdown(context.Background())
+			return err
+		}
+		defer stopPprof()
 	}
 	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "data", o.dataDir, "version", version)
 	<-ctx.Done()
