@@ -494,16 +494,14 @@ func TestExclusiveReplacesSilentHolder(t *testing.T) {
 	} else if _, ok := res.(*transport.SubscribeReady); !ok {
 		t.Fatalf("subscribe answered %#v", res)
 	}
-	// From here the silent client reads nothing and answers no ping.
-	start := time.Now()
+	// From here the silent client reads nothing and answers no ping. The
+	// test's context (30 s) ends before the node's read idle timeout
+	// (60 s) would free the place: only the probe can.
 	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Name: "newcomer"})
 	if err != nil {
 		t.Fatalf("the newcomer was refused: %v", err)
 	}
 	defer cons.Close()
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("replacing the silent holder took %v", d)
-	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
 	if err != nil {
 		t.Fatal(err)

@@ -221,16 +221,11 @@ func TestApplyTimesOutWithoutMajority(t *testing.T) {
 	for _, f := range others(gs, leader) {
 		f.layer.Close()
 	}
-	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := leader.Apply(ctx, []byte("lost"))
-	took := time.Since(start)
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Apply without majority: %v, want ErrTimeout", err)
-	}
-	if took > time.Second {
-		t.Fatalf("Apply took %v to time out", took)
 	}
 
 	// An expired context fails at once, a cancelled one with its own error.

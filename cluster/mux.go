@@ -98,6 +98,8 @@ type Mux struct {
 	sem  chan struct{} // one token per handshake in progress
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// headerTimeout is HeaderTimeout; tests lengthen it.
+	headerTimeout time.Duration
 
 	// protocols tells what the node at a Raft address speaks; nil: every
 	// node speaks RaftProtocol.
@@ -132,12 +134,13 @@ func NewMux(ln net.Listener, logger *slog.Logger) *Mux {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Mux{
-		ln:      ln,
-		logger:  logger.With("component", "raft-mux", "addr", ln.Addr().String()),
-		sem:     make(chan struct{}, maxHandshakes),
-		done:    make(chan struct{}),
-		layers:  make(map[string]*Layer),
-		pending: make(map[net.Conn]struct{}),
+		ln:            ln,
+		logger:        logger.With("component", "raft-mux", "addr", ln.Addr().String()),
+		sem:           make(chan struct{}, maxHandshakes),
+		done:          make(chan struct{}),
+		headerTimeout: HeaderTimeout,
+		layers:        make(map[string]*Layer),
+		pending:       make(map[net.Conn]struct{}),
 	}
 }
 
@@ -274,7 +277,7 @@ func (m *Mux) serve() {
 func (m *Mux) handshake(c net.Conn) {
 	defer m.wg.Done()
 	defer func() { <-m.sem }()
-	deadline := time.Now().Add(HeaderTimeout)
+	deadline := time.Now().Add(m.headerTimeout)
 	group, member, err := readHeader(c, deadline)
 	var l *Layer
 	if err == nil {

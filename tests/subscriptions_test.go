@@ -129,17 +129,15 @@ func TestClusterExclusive(t *testing.T) {
 	// The stop takes effect when the kernel next schedules each thread:
 	// until then the process may still answer.
 	eventually(ctx, t, "the CLI consumer to stop", func() bool { return stopped(t, frozen.Process.Pid) })
-	start := time.Now()
-	newcomer, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "silent", Name: "newcomer"})
+	// Within the read idle timeout (60 s) of the node: only the probe
+	// can free the place.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	newcomer, err := c.Subscribe(sctx, client.ConsumerOptions{Stream: stream, Subscription: "silent", Name: "newcomer"})
 	if err != nil {
 		t.Fatalf("the newcomer was refused: %v", err)
 	}
 	defer newcomer.Close()
-	took := time.Since(start)
-	t.Logf("the frozen holder was replaced in %v", took)
-	if took > 5*time.Second {
-		t.Fatalf("replacing a frozen holder took %v; the probe timeout is 2s", took)
-	}
 	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
 	if err != nil {
 		t.Fatal(err)
