@@ -99,11 +99,7 @@ func (n *Node) fabricInfo(f meta.Fabric) transport.FabricInfo {
 		r := retentionToWire(f.Defaults.Retention)
 		info.Defaults.Retention = &r
 	}
-	for _, s := range n.catalog.Streams() {
-		if st, err := geofabric.ParseStream(s.Name); err == nil && st.FabricName() == f.Name {
-			info.Streams++
-		}
-	}
+	info.Streams = int32(n.catalog.StreamsIn(f.Name))
 	return info
 }
 

@@ -214,6 +214,19 @@ func (c *Catalog) Streams() []Stream {
 	return out
 }
 
+// StreamsIn counts the streams of a fabric, "TENANT/FABRIC".
+func (c *Catalog) StreamsIn(fabric string) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for name := range c.state.Streams {
+		if fabricOf(name) == fabric {
+			n++
+		}
+	}
+	return n
+}
+
 // Node returns what the catalog knows of a node.
 func (c *Catalog) Node(id string) (Node, bool) {
 	c.mu.RLock()

@@ -164,7 +164,7 @@ func (s *Service) DeleteFabric(ctx context.Context, name string) error {
 	if _, ok := s.catalog.Fabric(name); !ok {
 		return fmt.Errorf("%w: %s", ErrFabricNotFound, name)
 	}
-	if n := s.streamsIn(name); n > 0 {
+	if n := s.catalog.StreamsIn(name); n > 0 {
 		return fmt.Errorf("%w: fabric %s has %d streams; delete them first", ErrNotEmpty, name, n)
 	}
 	res, err := s.apply(ctx, DeleteFabric{Name: name})
@@ -175,17 +175,6 @@ func (s *Service) DeleteFabric(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: fabric %s changed meanwhile; try again", ErrNotReady, name)
 	}
 	return nil
-}
-
-// streamsIn counts the streams of a fabric.
-func (s *Service) streamsIn(fabric string) int {
-	n := 0
-	for _, st := range s.catalog.Streams() {
-		if fabricOf(st.Name) == fabric {
-			n++
-		}
-	}
-	return n
 }
 
 // streamFabric returns the fabric a new stream goes in, creating it (and
