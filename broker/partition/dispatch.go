@@ -18,6 +18,10 @@ const (
 	// maxPushBytes bounds the payload bytes one Message frame carries, past
 	// its first message.
 	maxPushBytes = 1 << 20
+	// readAheadMsgs and readAheadBytes bound what a dispatcher reads past
+	// its plan and keeps for the next one (dispatcher.readFresh).
+	readAheadMsgs  = 500
+	readAheadBytes = 256 << 10
 	// deliverTimeout bounds one push to a consumer's connection.
 	deliverTimeout = 10 * time.Second
 	// maxDescribedKeys bounds the draining keys a describe lists.
@@ -72,6 +76,12 @@ type dispatcher struct {
 	// stalled is set by a key_shared pass that could neither send nor
 	// read on: new messages alone cannot change that (KS-9).
 	stalled atomic.Bool
+
+	// ahead holds the messages the last read brought past what its plan
+	// asked for, in offset order: a shared plan asks for SharedBurst
+	// messages at a time, and the next plan usually starts where the
+	// last ended. Only the dispatcher's goroutine touches it.
+	ahead []storage.Message
 
 	wake chan struct{}
 	stop chan struct{}
@@ -486,7 +496,7 @@ func (d *dispatcher) read(plan subscription.Plan) (in subscription.Read, stored 
 	if plan.Max == 0 {
 		return in, stored, true
 	}
-	msgs, err := d.p.read(plan.From, plan.Max, maxPushBytes)
+	msgs, err := d.readFresh(plan.From, plan.Max)
 	if errors.Is(err, storage.ErrTrimmed) {
 		d.mu.Lock()
 		d.eng.Trimmed(plan, d.p.fsm.StartOffset())
@@ -502,6 +512,40 @@ func (d *dispatcher) read(plan subscription.Plan) (in subscription.Read, stored 
 		in.Fresh = append(in.Fresh, engineMsg(m))
 	}
 	return in, stored, true
+}
+
+// readFresh reads up to max messages from offset from: from what the last
+// read brought ahead when it starts there, else from the log, reading at
+// least readAheadMsgs and keeping what the plan did not ask for (up to
+// readAheadBytes). Decoding a batch for a few of its messages, again for
+// each plan, cost more than the dispatch itself.
+func (d *dispatcher) readFresh(from uint64, want int) ([]storage.Message, error) {
+	if len(d.ahead) > 0 && d.ahead[0].Offset == from && from >= d.p.fsm.StartOffset() {
+		n := min(want, len(d.ahead))
+		out := d.ahead[:n:n]
+		d.ahead = d.ahead[n:]
+		if len(d.ahead) == 0 {
+			d.ahead = nil
+		}
+		return out, nil
+	}
+	d.ahead = nil
+	msgs, err := d.p.read(from, max(want, readAheadMsgs), maxPushBytes)
+	if err != nil || len(msgs) <= want {
+		return msgs, err
+	}
+	rest, size := msgs[want:], 0
+	for i, m := range rest {
+		size += len(m.Payload) + len(m.Key)
+		if size > readAheadBytes {
+			rest = rest[:i]
+			break
+		}
+	}
+	if len(rest) > 0 {
+		d.ahead = rest
+	}
+	return msgs[:want:want], nil
 }
 
 // engineMsg is what the engine needs of a stored message.
