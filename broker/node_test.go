@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"testing"
@@ -601,5 +602,72 @@ func TestSyncSendDoesNotWaitForTheBatchingDelay(t *testing.T) {
 		if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte{byte(i)}}); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
+	}
+}
+
+// Individual acks go in groups, and every one arrives: the group's timer
+// sends them while the consumer stays open, and Close sends the rest
+// before the consumer goes, so nothing acknowledged comes back.
+func TestGroupedAcksArrive(t *testing.T) {
+	n := startNode(t, t.TempDir())
+	c := newClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "grouped-acks"
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	subscribe := func() *client.Consumer {
+		cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "s", Type: client.Shared, SubscriptionInitialPosition: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons
+	}
+	backlog := func() uint64 {
+		info, err := c.DescribeStream(ctx, stream)
+		if err != nil || len(info.Partitions) != 1 {
+			return math.MaxUint64
+		}
+		for _, s := range info.Partitions[0].Subscriptions {
+			if s.Name == "s" {
+				return s.Backlog
+			}
+		}
+		return math.MaxUint64
+	}
+	cons := subscribe()
+	for i := range 20 {
+		if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receiveAndAck := func(cons *client.Consumer, n int) {
+		for range n {
+			m, err := cons.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cons.Ack(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	receiveAndAck(cons, 10)
+	waitFor(t, ctx, "the first 10 acks, sent by the group's timer", func() bool { return backlog() == 10 })
+	receiveAndAck(cons, 10)
+	if err := cons.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the last 10 acks, sent by Close", func() bool { return backlog() == 0 })
+	again := subscribe()
+	defer again.Close()
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("last")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := again.Receive(ctx); err != nil || string(m.Payload) != "last" {
+		t.Fatalf("after the acks a new consumer got %v, %v: an acknowledged message came back", m, err)
 	}
 }

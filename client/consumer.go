@@ -448,7 +448,23 @@ type partitionConsumer struct {
 	hasNext bool
 	closed  bool
 	active  atomic.Bool
+
+	// acks are individual acks waiting to go in one frame (ackGroupMax,
+	// ackGroupDelay); ackTimer sends them, ackMu guards both.
+	ackMu    sync.Mutex
+	acks     []uint64
+	ackTimer *time.Timer
 }
+
+// Individual acks without receipts are grouped, as Pulsar clients group
+// them: a partition consumer sends its waiting acks in one frame once
+// ackGroupMax wait or ackGroupDelay after the first. An ack with a
+// receipt, a cumulative ack and Close send the waiting ones first. An ack
+// lost with its connection is redelivered, as before.
+const (
+	ackGroupMax   = 1000
+	ackGroupDelay = 5 * time.Millisecond
+)
 
 func newPartitionConsumer(cons *Consumer, partition string, index int) *partitionConsumer {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -639,6 +655,12 @@ func (pc *partitionConsumer) conn() (*cnx, uint64, error) {
 }
 
 func (pc *partitionConsumer) ack(ctx context.Context, offset uint64, cumulative bool) error {
+	if !cumulative && !pc.cons.opts.AckWithReceipt {
+		return pc.groupAck(ctx, offset)
+	}
+	if err := pc.flushAcks(ctx); err != nil {
+		return err
+	}
 	x, id, err := pc.conn()
 	if err != nil {
 		return err
@@ -650,6 +672,62 @@ func (pc *partitionConsumer) ack(ctx context.Context, offset uint64, cumulative 
 	a.RequestID = pc.cons.c.requestID()
 	_, err = x.request(ctx, a)
 	return err
+}
+
+// groupAck adds an individual ack to the waiting group, and sends the
+// group when it is full.
+func (pc *partitionConsumer) groupAck(ctx context.Context, offset uint64) error {
+	// Under pc.mu: close, which waits for the timer's function, cannot
+	// begin between the check and the timer's start.
+	pc.mu.Lock()
+	switch {
+	case pc.closed:
+		pc.mu.Unlock()
+		return ErrClosed
+	case pc.x == nil:
+		pc.mu.Unlock()
+		return errConnLost
+	}
+	pc.ackMu.Lock()
+	pc.acks = append(pc.acks, offset)
+	full := len(pc.acks) >= ackGroupMax
+	if !full && pc.ackTimer == nil {
+		pc.wg.Add(1)
+		pc.ackTimer = time.AfterFunc(ackGroupDelay, func() {
+			defer pc.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), pc.cons.c.opts.OperationTimeout)
+			defer cancel()
+			pc.flushAcks(ctx)
+		})
+	}
+	pc.ackMu.Unlock()
+	pc.mu.Unlock()
+	if full {
+		return pc.flushAcks(ctx)
+	}
+	return nil
+}
+
+// flushAcks sends the waiting acks in one frame.
+func (pc *partitionConsumer) flushAcks(ctx context.Context) error {
+	pc.ackMu.Lock()
+	offsets := pc.acks
+	pc.acks = nil
+	if pc.ackTimer != nil {
+		if pc.ackTimer.Stop() {
+			pc.wg.Done() // its function will not run
+		}
+		pc.ackTimer = nil
+	}
+	pc.ackMu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	x, id, err := pc.conn()
+	if err != nil {
+		return err
+	}
+	return x.send(ctx, &transport.Ack{ConsumerID: id, Offsets: offsets})
 }
 
 func (pc *partitionConsumer) nack(offset uint64) {
@@ -709,6 +787,9 @@ func (pc *partitionConsumer) unsubscribe(ctx context.Context) error {
 }
 
 func (pc *partitionConsumer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	pc.flushAcks(ctx)
+	cancel()
 	pc.mu.Lock()
 	if pc.closed {
 		pc.mu.Unlock()
