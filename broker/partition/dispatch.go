@@ -479,19 +479,8 @@ func (d *dispatcher) dispatchOnce() bool {
 // and !ok a read that failed.
 func (d *dispatcher) read(plan subscription.Plan) (in subscription.Read, stored map[uint64]storage.Message, ok bool) {
 	stored = map[uint64]storage.Message{}
-	for _, off := range plan.Again {
-		msgs, err := d.p.read(off, 1, maxPushBytes)
-		if errors.Is(err, storage.ErrTrimmed) {
-			in.Gone = append(in.Gone, off) // trimmed by retention: nothing to resend
-			continue
-		}
-		if err != nil || len(msgs) == 0 {
-			// Kept for a later pass; nothing newer is read before it.
-			d.p.logger.Error("dispatcher read failed", "subscription", d.name, "offset", off, "err", err)
-			return in, stored, true
-		}
-		stored[off] = msgs[0]
-		in.Again = append(in.Again, engineMsg(msgs[0]))
+	if !d.readAgain(plan.Again, &in, stored) {
+		return in, stored, true
 	}
 	if plan.Max == 0 {
 		return in, stored, true
@@ -514,7 +503,50 @@ func (d *dispatcher) read(plan subscription.Plan) (in subscription.Read, stored 
 	return in, stored, true
 }
 
-// readFresh reads up to max messages from offset from: from what the last
+// readAgain reads the waiting messages at offsets (ascending) into in and
+// stored, a span of the log at a time: a key_shared subscription's
+// waiting messages are often neighbours, and a read of one message decodes
+// its whole batch. An offset trimmed by retention goes to in.Gone. It
+// reports false after a read that failed: what is left is kept for a
+// later pass, and nothing newer may be read before it.
+func (d *dispatcher) readAgain(offsets []uint64, in *subscription.Read, stored map[uint64]storage.Message) bool {
+	for i := 0; i < len(offsets); {
+		start, j := offsets[i], i
+		for j+1 < len(offsets) && offsets[j+1]-start < readAheadMsgs {
+			j++
+		}
+		msgs, err := d.p.read(start, int(offsets[j]-start+1), maxPushBytes)
+		if errors.Is(err, storage.ErrTrimmed) {
+			in.Gone = append(in.Gone, start) // trimmed by retention: nothing to resend
+			i++
+			continue
+		}
+		if err != nil || len(msgs) == 0 {
+			d.p.logger.Error("dispatcher read failed", "subscription", d.name, "offset", start, "err", err)
+			return false
+		}
+		// The read may end early (its byte bound): the next round starts
+		// at the first offset it did not reach.
+		k := 0
+		for ; i <= j; i++ {
+			for k < len(msgs) && msgs[k].Offset < offsets[i] {
+				k++
+			}
+			if k == len(msgs) {
+				break
+			}
+			if msgs[k].Offset != offsets[i] {
+				d.p.logger.Error("dispatcher read failed", "subscription", d.name, "offset", offsets[i], "err", "not in the log")
+				return false
+			}
+			stored[offsets[i]] = msgs[k]
+			in.Again = append(in.Again, engineMsg(msgs[k]))
+		}
+	}
+	return true
+}
+
+// readFresh reads up to want messages from offset from: from what the last
 // read brought ahead when it starts there, else from the log, reading at
 // least readAheadMsgs and keeping what the plan did not ask for (up to
 // readAheadBytes). Decoding a batch for a few of its messages, again for
