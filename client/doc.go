@@ -17,7 +17,9 @@
 // being acknowledged. A send refused because the partition leader is short
 // of disk space (DiskFull) is resent the same way, in order, with a
 // backoff, until ProducerOptions.SendTimeout: then it fails with an error
-// matching ErrSendTimeout and ErrDiskFull. Every blocking call takes a
+// matching ErrSendTimeout and ErrDiskFull. A synchronous Send sends its
+// batch at once; individual acks without receipts go in groups (1,000, or
+// 5 ms after the first; Close sends what waits). Every blocking call takes a
 // context and returns when it ends.
 //
 // SubscribeMulti reads several streams through one subscription: a list,
