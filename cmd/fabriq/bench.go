@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,7 +88,11 @@ the consumer's: both are this process.`,
 			if res.Produced.Failed > 0 {
 				return errors.New("some sends failed (see the result)")
 			}
-			return cmd.Context().Err()
+			if cmd.Context().Err() != nil {
+				// Ctrl-C ends a run early; what it measured is printed.
+				fmt.Fprintln(a.stderr, "fabriq bench: interrupted; the result covers the run so far")
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
