@@ -2,19 +2,17 @@ package meta
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/fabriq-io/fabriq/cluster"
 )
 
 // Reads that arrive together share Raft barriers: 100 concurrent Syncs
 // on the leader add a few entries to the metadata log, not 100.
 func TestConcurrentSyncsShareBarriers(t *testing.T) {
-	ln := listen(t)
-	s := startService(t, ln, "node-0", t.TempDir(), 1, newFakeGossip(cluster.Member{
-		NodeMeta: cluster.NodeMeta{ID: "node-0", ClientAddr: ln.Addr().String(), RaftAddr: ln.Addr().String(), Catalog: CatalogFormat}, State: cluster.MemberAlive}))
+	svcs, _ := startServices(t, []net.Listener{listen(t)})
+	s := svcs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.WaitRegistered(ctx); err != nil {

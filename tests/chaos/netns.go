@@ -63,7 +63,7 @@ func NewNet(n int) (*Net, error) {
 	// A run killed during a CutClient fault leaves its route to a node in
 	// the test's namespace, and a later run can draw the same subnet.
 	for i := range n {
-		ip("route", "del", "blackhole", nt.IP(i)+"/32")
+		IP("route", "del", "blackhole", nt.IP(i)+"/32")
 	}
 	steps := [][]string{
 		{"link", "add", nt.bridge, "type", "bridge"},
@@ -85,20 +85,20 @@ func NewNet(n int) (*Net, error) {
 		)
 	}
 	for _, s := range steps {
-		if err := ip(s...); err != nil {
+		if err := IP(s...); err != nil {
 			nt.Close()
 			return nil, err
 		}
 	}
 	// netem needs the kernel's sch_netem; without it there are no
 	// latency and loss faults.
-	if ip("netns", "exec", nt.ns(0), "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms") == nil {
+	if IP("netns", "exec", nt.ns(0), "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms") == nil {
 		nt.HasNetem = true
-		ip("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
+		IP("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
 	}
-	if ip("netns", "exec", nt.ns(0), "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms") == nil {
+	if IP("netns", "exec", nt.ns(0), "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms") == nil {
 		nt.HasTBF = true
-		ip("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
+		IP("netns", "exec", nt.ns(0), "tc", "qdisc", "del", "dev", "eth0", "root")
 	}
 	return nt, nil
 }
@@ -140,7 +140,7 @@ func (nt *Net) Partition(groups [][]int) error {
 					if nt.routes[[2]int{a, b}] {
 						continue
 					}
-					if err := ip("netns", "exec", nt.ns(a), "ip", "route", "add", "blackhole", nt.IP(b)+"/32"); err != nil {
+					if err := IP("netns", "exec", nt.ns(a), "ip", "route", "add", "blackhole", nt.IP(b)+"/32"); err != nil {
 						return err
 					}
 					nt.routes[[2]int{a, b}] = true
@@ -158,7 +158,7 @@ func (nt *Net) Cut(a, b int) error {
 	if nt.routes[[2]int{a, b}] {
 		return nil
 	}
-	if err := ip("netns", "exec", nt.ns(a), "ip", "route", "add", "blackhole", nt.IP(b)+"/32"); err != nil {
+	if err := IP("netns", "exec", nt.ns(a), "ip", "route", "add", "blackhole", nt.IP(b)+"/32"); err != nil {
 		return err
 	}
 	nt.routes[[2]int{a, b}] = true
@@ -183,11 +183,11 @@ func (nt *Net) CutClient(i int) error {
 	if nt.clients[i] {
 		return nil
 	}
-	if err := ip("netns", "exec", nt.ns(i), "ip", "route", "add", "blackhole", nt.ClientIP()+"/32"); err != nil {
+	if err := IP("netns", "exec", nt.ns(i), "ip", "route", "add", "blackhole", nt.ClientIP()+"/32"); err != nil {
 		return err
 	}
 	nt.clients[i] = false
-	if err := ip("route", "add", "blackhole", nt.IP(i)+"/32"); err != nil {
+	if err := IP("route", "add", "blackhole", nt.IP(i)+"/32"); err != nil {
 		return err
 	}
 	nt.clients[i] = true
@@ -210,7 +210,7 @@ func (nt *Net) SlowLink(i int, rate, latency string) error {
 func (nt *Net) shape(i int, qdisc string, args ...string) error {
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
-	if err := ip(append([]string{"netns", "exec", nt.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", qdisc}, args...)...); err != nil {
+	if err := IP(append([]string{"netns", "exec", nt.ns(i), "tc", "qdisc", "replace", "dev", "eth0", "root", qdisc}, args...)...); err != nil {
 		return err
 	}
 	nt.netem[i] = true
@@ -223,23 +223,23 @@ func (nt *Net) Heal() error {
 	defer nt.mu.Unlock()
 	var first error
 	for r := range nt.routes {
-		if err := ip("netns", "exec", nt.ns(r[0]), "ip", "route", "del", "blackhole", nt.IP(r[1])+"/32"); err != nil && first == nil {
+		if err := IP("netns", "exec", nt.ns(r[0]), "ip", "route", "del", "blackhole", nt.IP(r[1])+"/32"); err != nil && first == nil {
 			first = err
 		}
 		delete(nt.routes, r)
 	}
 	for i := range nt.netem {
-		if err := ip("netns", "exec", nt.ns(i), "tc", "qdisc", "del", "dev", "eth0", "root"); err != nil && first == nil {
+		if err := IP("netns", "exec", nt.ns(i), "tc", "qdisc", "del", "dev", "eth0", "root"); err != nil && first == nil {
 			first = err
 		}
 		delete(nt.netem, i)
 	}
 	for i, both := range nt.clients {
-		if err := ip("netns", "exec", nt.ns(i), "ip", "route", "del", "blackhole", nt.ClientIP()+"/32"); err != nil && first == nil {
+		if err := IP("netns", "exec", nt.ns(i), "ip", "route", "del", "blackhole", nt.ClientIP()+"/32"); err != nil && first == nil {
 			first = err
 		}
 		if both {
-			if err := ip("route", "del", "blackhole", nt.IP(i)+"/32"); err != nil && first == nil {
+			if err := IP("route", "del", "blackhole", nt.IP(i)+"/32"); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -254,25 +254,29 @@ func (nt *Net) Close() {
 	nt.mu.Lock()
 	for i, both := range nt.clients {
 		if both {
-			ip("route", "del", "blackhole", nt.IP(i)+"/32")
+			IP("route", "del", "blackhole", nt.IP(i)+"/32")
 		}
 		delete(nt.clients, i)
 	}
 	nt.mu.Unlock()
 	for i := range nt.n {
-		ip("netns", "del", nt.ns(i))
+		IP("netns", "del", nt.ns(i))
 	}
-	ip("link", "del", nt.bridge)
+	IP("link", "del", nt.bridge)
 }
 
 // cleanStale removes namespaces and bridges of runs whose process is gone.
-func cleanStale() {
+func cleanStale() { RemoveStale(netPrefix) }
+
+// RemoveStale removes the network namespaces and links named prefix+PID...
+// whose process is gone: what a run killed before its clean-up left.
+func RemoveStale(prefix string) {
 	out, _ := exec.Command("ip", "netns", "list").Output()
-	links, _ := exec.Command("ip", "-o", "link", "show", "type", "bridge").Output()
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
 	dead := func(name string) bool {
-		digits := strings.TrimLeft(strings.TrimPrefix(name, netPrefix), "")
+		digits, ok := strings.CutPrefix(name, prefix)
 		end := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' })
-		if end <= 0 {
+		if !ok || end <= 0 {
 			return false
 		}
 		pid, err := strconv.Atoi(digits[:end])
@@ -282,23 +286,21 @@ func cleanStale() {
 		return syscall.Kill(pid, 0) == syscall.ESRCH
 	}
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], netPrefix) && dead(f[0]) {
-			ip("netns", "del", f[0])
+		if f := strings.Fields(line); len(f) > 0 && dead(f[0]) {
+			IP("netns", "del", f[0])
 		}
 	}
 	for _, line := range strings.Split(string(links), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 1 {
-			name := strings.TrimSuffix(f[1], ":")
-			if strings.HasPrefix(name, netPrefix) && dead(name) {
-				ip("link", "del", name)
+		if f := strings.Fields(line); len(f) > 1 {
+			if name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@"); dead(name) {
+				IP("link", "del", name)
 			}
 		}
 	}
 }
 
-// ip runs the ip command.
-func ip(args ...string) error {
+// IP runs the ip command (iproute2), its output in the error.
+func IP(args ...string) error {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))

@@ -12,10 +12,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fabriq-io/fabriq/tests/chaos"
 )
 
 // WAN is a set of hosts, each a network namespace holding one node, in
@@ -68,7 +69,7 @@ func New(regions []string, delay time.Duration) (*WAN, error) {
 	if len(regions) == 0 || len(regions) > 250 {
 		return nil, fmt.Errorf("wan: 1 to 250 hosts, not %d", len(regions))
 	}
-	cleanStale()
+	chaos.RemoveStale(prefix)
 	pid := os.Getpid()
 	w := &WAN{
 		Delay:   delay,
@@ -105,10 +106,10 @@ func New(regions []string, delay time.Duration) (*WAN, error) {
 // way out.
 func (w *WAN) addHost(i int) error {
 	ns := w.ns(i)
-	if err := ip("netns", "add", ns); err != nil {
+	if err := chaos.IP("netns", "add", ns); err != nil {
 		return err
 	}
-	if err := ip("-n", ns, "link", "set", "lo", "up"); err != nil {
+	if err := chaos.IP("-n", ns, "link", "set", "lo", "up"); err != nil {
 		return err
 	}
 	tun, err := openTUN(ns, "wan0")
@@ -120,7 +121,7 @@ func (w *WAN) addHost(i int) error {
 		{"-n", ns, "addr", "add", w.IP(i) + "/24", "dev", "wan0"},
 		{"-n", ns, "link", "set", "wan0", "mtu", strconv.Itoa(mtu), "up"},
 	} {
-		if err := ip(s...); err != nil {
+		if err := chaos.IP(s...); err != nil {
 			return err
 		}
 	}
@@ -323,38 +324,6 @@ func (w *WAN) Close() {
 	}
 	w.wg.Wait()
 	for i := range w.regions {
-		ip("netns", "del", w.ns(i))
+		chaos.IP("netns", "del", w.ns(i))
 	}
-}
-
-// cleanStale removes the namespaces of runs whose process is gone.
-func cleanStale() {
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || !strings.HasPrefix(f[0], prefix) {
-			continue
-		}
-		digits := strings.TrimPrefix(f[0], prefix)
-		end := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' })
-		if end <= 0 {
-			continue
-		}
-		pid, err := strconv.Atoi(digits[:end])
-		if err != nil || pid == os.Getpid()%10_000_000 {
-			continue
-		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			ip("netns", "del", f[0])
-		}
-	}
-}
-
-// ip runs the ip command.
-func ip(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }

@@ -96,11 +96,13 @@ type failover struct {
 	mu        sync.Mutex
 	acked     map[uint64]bool
 	delivered map[uint64]bool
-	failed    int64
-	killAt    time.Time // zero between kills
-	toAck     time.Duration
-	toDeliver time.Duration
-	changed   chan struct{} // signalled on every record
+	// undelivered counts the acknowledged messages not delivered yet.
+	undelivered int
+	failed      int64
+	killAt      time.Time // zero between kills
+	toAck       time.Duration
+	toDeliver   time.Duration
+	changed     chan struct{} // signalled on every record
 }
 
 // Failover kills the leader of a new stream's partition cfg.Kills times
@@ -200,6 +202,9 @@ func (f *failover) produce(ctx context.Context, p *client.Producer, cfg Failover
 			}
 		} else {
 			f.acked[seq] = true
+			if !f.delivered[seq] {
+				f.undelivered++
+			}
 			if !f.killAt.IsZero() && !start.Before(f.killAt) && f.toAck == 0 {
 				f.toAck = now.Sub(f.killAt)
 			}
@@ -223,7 +228,12 @@ func (f *failover) consume(ctx context.Context, cons *client.Consumer) {
 		}
 		sent := time.Unix(0, int64(binary.BigEndian.Uint64(m.Payload)))
 		f.mu.Lock()
-		f.delivered[binary.BigEndian.Uint64(m.Payload[8:])] = true
+		if seq := binary.BigEndian.Uint64(m.Payload[8:]); !f.delivered[seq] {
+			f.delivered[seq] = true
+			if f.acked[seq] {
+				f.undelivered--
+			}
+		}
 		if !f.killAt.IsZero() && !sent.Before(f.killAt) && f.toDeliver == 0 {
 			f.toDeliver = now.Sub(f.killAt)
 		}
@@ -344,14 +354,7 @@ func whole(ctx context.Context, c *client.Client, stream string) (string, string
 
 // allDelivered reports whether every acknowledged message was
 // delivered; f.mu is held.
-func (f *failover) allDelivered() bool {
-	for seq := range f.acked {
-		if !f.delivered[seq] {
-			return false
-		}
-	}
-	return true
-}
+func (f *failover) allDelivered() bool { return f.undelivered == 0 }
 
 // summarise fills in the medians, maxima and the check.
 func (f *failover) summarise(res *FailoverResult) {
