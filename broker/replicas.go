@@ -141,6 +141,19 @@ func writeFileSync(path string, data []byte) error {
 	return syncDir(filepath.Dir(path))
 }
 
+// copiesSetAside returns the copies set aside in a fabric's directory
+// (LEAF@MEMBER), by leaf, as paths; none when it cannot be read.
+func copiesSetAside(parent string) map[string][]string {
+	entries, _ := os.ReadDir(parent)
+	out := map[string][]string{}
+	for _, e := range entries {
+		if leaf, _, ok := strings.Cut(e.Name(), "@"); ok {
+			out[leaf] = append(out[leaf], filepath.Join(parent, e.Name()))
+		}
+	}
+	return out
+}
+
 // removeRetiredCopies deletes the copies set aside by claimPartitionDir
 // whose member the group has removed, as the committed configuration of
 // this node's running member of the group says.
@@ -151,13 +164,22 @@ func (n *Node) removeRetiredCopies() {
 		parts = append(parts, lp)
 	}
 	n.mu.Unlock()
+	// Each parent directory is read once per pass, not once per
+	// partition: a node holds hundreds of partitions of a fabric.
+	asideIn := map[string]map[string][]string{} // parent → leaf → copies set aside
 	for _, lp := range parts {
 		dir, err := n.partitionDir(lp.Name())
 		if err != nil {
 			n.logger.Error("partition without a directory", "partition", lp.Name(), "err", err)
 			continue
 		}
-		aside, _ := filepath.Glob(dir + "@*")
+		parent, leaf := filepath.Split(dir)
+		byLeaf, ok := asideIn[parent]
+		if !ok {
+			byLeaf = copiesSetAside(parent)
+			asideIn[parent] = byLeaf
+		}
+		aside := byLeaf[leaf]
 		if len(aside) == 0 {
 			continue
 		}

@@ -69,3 +69,31 @@ func TestClaimPartitionDirOnlyMovesForward(t *testing.T) {
 		t.Fatalf("the initial member's own copy was set aside: %v", err)
 	}
 }
+
+// The copies set aside in a fabric's directory are found by the leaf they
+// were set aside from, whatever the member's name holds, and a leaf that
+// begins like another is not taken for it.
+func TestCopiesSetAside(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"s-partition-1", "s-partition-1@n3@54", "s-partition-1@n3@60", "s-partition-10", "s-partition-10@n2@7", "other"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := copiesSetAside(root)
+	want := map[string][]string{
+		"s-partition-1":  {filepath.Join(root, "s-partition-1@n3@54"), filepath.Join(root, "s-partition-1@n3@60")},
+		"s-partition-10": {filepath.Join(root, "s-partition-10@n2@7")},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("copies set aside %v, want %v", got, want)
+	}
+	for leaf, paths := range want {
+		if !slices.Equal(got[leaf], paths) {
+			t.Errorf("copies of %s: %v, want %v", leaf, got[leaf], paths)
+		}
+	}
+	if got := copiesSetAside(filepath.Join(root, "missing")); len(got) != 0 {
+		t.Errorf("a missing directory: %v", got)
+	}
+}
