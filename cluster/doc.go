@@ -20,10 +20,13 @@
 //   - Mux: splits the node's Raft listener between groups. Each connection
 //     opens with a header naming its group ("FQRG", a version byte, the
 //     group id's length and the id) and, from nodes that speak
-//     RaftProtocol 2, the member of the group it is for; a bad header, an
+//     ProtocolMembers, the member of the group it is for; a bad header, an
 //     unknown group or another member of the group than this node runs
 //     closes that connection and nothing else. SetProtocols tells it what
-//     each peer speaks (Membership.ProtocolOf).
+//     each peer speaks (Membership.ProtocolOf). It also carries every
+//     group's heartbeats to each node that speaks ProtocolHeartbeats
+//     together, one frame per pair of nodes and heartbeat window, as the
+//     reserved group HeartbeatGroup (HeartbeatStats counts them).
 //   - Acceptor: an accept loop's listener that retries failed accepts (out
 //     of descriptors) with a backoff and logs once per burst of failures;
 //     the Mux and the broker's client port both accept through one.

@@ -153,7 +153,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		Timeout: transportTimeout,
 		Logger:  newHCLogger(logger, "raft-net"),
 	})
-	gate := newVoteGate(g.trans, cfg.Mux, raft.ServerID(cfg.NodeID))
+	gate := newVoteGate(g.trans, cfg.Mux, cfg.ID, raft.ServerID(cfg.NodeID))
 	gate.retired.Store(cfg.Retired)
 	undo = append(undo, func() { gate.Close() })
 

@@ -48,10 +48,14 @@ const (
 	// the voter's id smuggled in RequestVote (votegate.go). The versions
 	// before RaftProtocol 2, which do not advertise one.
 	ProtocolGroups = 1
-	// RaftProtocol is what this version speaks and advertises:
-	// ProtocolGroups, plus headers naming a member (HeaderMemberVersion)
-	// and node-to-node calls (RPCGroup).
-	RaftProtocol = 2
+	// ProtocolMembers: ProtocolGroups, plus headers naming a member
+	// (HeaderMemberVersion) and node-to-node calls (RPCGroup).
+	ProtocolMembers = 2
+	// ProtocolHeartbeats: ProtocolMembers, plus the heartbeats of every
+	// group between two nodes on one connection (HeartbeatGroup).
+	ProtocolHeartbeats = 3
+	// RaftProtocol is what this version speaks and advertises.
+	RaftProtocol = ProtocolHeartbeats
 )
 
 // MemberAddress is the address a Layer dials to reach member of its
@@ -105,6 +109,9 @@ type Mux struct {
 	// node speaks RaftProtocol.
 	protocols atomic.Pointer[func(addr string) int]
 
+	// hb carries every group's heartbeats to and from other nodes.
+	hb *heartbeats
+
 	mu      sync.Mutex
 	layers  map[string]*Layer
 	pending map[net.Conn]struct{} // accepted, header not read yet
@@ -133,7 +140,7 @@ func NewMux(ln net.Listener, logger *slog.Logger) *Mux {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Mux{
+	m := &Mux{
 		ln:            ln,
 		logger:        logger.With("component", "raft-mux", "addr", ln.Addr().String()),
 		sem:           make(chan struct{}, maxHandshakes),
@@ -142,6 +149,8 @@ func NewMux(ln net.Listener, logger *slog.Logger) *Mux {
 		layers:        make(map[string]*Layer),
 		pending:       make(map[net.Conn]struct{}),
 	}
+	m.hb = newHeartbeats(m, m.addLayer(HeartbeatGroup, ""))
+	return m
 }
 
 // Addr returns the listener's address.
@@ -161,6 +170,7 @@ func (m *Mux) Start() error {
 	m.started = true
 	m.wg.Add(1)
 	go m.serve()
+	m.hb.start()
 	return nil
 }
 
@@ -176,6 +186,9 @@ func (m *Mux) Close() error {
 	}
 	m.closed = true
 	close(m.done)
+	m.mu.Unlock()
+	m.hb.close()
+	m.mu.Lock()
 	layers := make([]*Layer, 0, len(m.layers))
 	for _, l := range m.layers {
 		layers = append(layers, l)
@@ -221,6 +234,12 @@ func (m *Mux) MemberLayer(group, member string) (*Layer, error) {
 	if len(member) > MaxGroupIDLen {
 		return nil, fmt.Errorf("%w: member id of %d bytes", ErrBadGroupID, len(member))
 	}
+	return m.addLayer(group, member), nil
+}
+
+// addLayer registers a new layer; the caller checked the ids, and holds mu
+// unless the mux is being made.
+func (m *Mux) addLayer(group, member string) *Layer {
 	l := &Layer{
 		mux:    m,
 		group:  group,
@@ -230,7 +249,7 @@ func (m *Mux) MemberLayer(group, member string) (*Layer, error) {
 		conns:  make(map[*layerConn]struct{}),
 	}
 	m.layers[group] = l
-	return l, nil
+	return l
 }
 
 func checkGroupID(group string) error {
@@ -312,12 +331,18 @@ func (m *Mux) forget(c net.Conn) {
 	m.mu.Unlock()
 }
 
+// unregister removes a closed layer. Its group takes no more heartbeats
+// either: a group's registration on the mux is its layer.
 func (m *Mux) unregister(l *Layer) {
 	m.mu.Lock()
-	if m.layers[l.group] == l {
+	mine := m.layers[l.group] == l
+	if mine {
 		delete(m.layers, l.group)
 	}
 	m.mu.Unlock()
+	if mine && m.hb != nil {
+		m.hb.unregister(l.group, nil)
+	}
 }
 
 // readHeader reads the connection header from c, which must arrive before

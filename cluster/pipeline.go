@@ -3,9 +3,15 @@ package cluster
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
+
+// idleAppendEvery is how often an idle leader still sends a follower an
+// append that tells it nothing new (see pipeline.AppendEntries).
+const idleAppendEvery = time.Second
 
 // errPipelineBroken fails a pipelined AppendEntries sent after the
 // follower refused an earlier one: the leader falls back to one request at
@@ -20,7 +26,11 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 	if err != nil {
 		return nil, err
 	}
-	return newPipeline(p), nil
+	pl := newPipeline(p)
+	if g.mux.Protocol(string(target)) >= ProtocolHeartbeats {
+		pl.skipped = &g.mux.hb.idleAppends
+	}
+	return pl, nil
 }
 
 // pipeline is a NetworkTransport pipeline that never blocks its sender
@@ -41,6 +51,20 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 // drops what comes, and every new send fails at once with
 // errPipelineBroken, so Raft's send loop ends, its pipeline closes, and
 // it replicates one request at a time from where the follower's log is.
+//
+// It also spares the follower of an idle group most of the appends that
+// tell it nothing new. hashicorp/raft's send loop sends one every
+// CommitTimeout (50–100 ms) even when there is nothing to send, so that a
+// follower learns the commit index once commits stop: as many requests as
+// heartbeats, on the group's own connection. An append without entries
+// whose term, previous entry and commit index are those of the last one
+// sent is not sent, unless idleAppendEvery has passed since: Raft gets a
+// future it never sees answered, which it does not wait for. The follower
+// misses nothing (it was told that commit index), hears from its leader
+// by the heartbeats, and a follower of a newer term makes the leader's
+// heartbeats to it fail (heartbeats.beat), so a leader that a majority has
+// left steps down within its lease, as it would have on these appends'
+// answers. Only to nodes that speak ProtocolHeartbeats (skipped set).
 type pipeline struct {
 	inner  raft.AppendPipeline
 	out    chan raft.AppendFuture
@@ -48,6 +72,13 @@ type pipeline struct {
 	stop   chan struct{} // closed by Close
 	done   chan struct{} // closed when forward returned
 	once   sync.Once
+
+	// skipped counts the appends not sent; nil: send every one.
+	skipped *atomic.Int64
+	// last is the last append sent, and when; used by AppendEntries
+	// alone (Raft's send loop, one goroutine).
+	last     raft.AppendEntriesRequest
+	lastSent time.Time
 }
 
 func newPipeline(inner raft.AppendPipeline) *pipeline {
@@ -69,8 +100,36 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		return nil, errPipelineBroken
 	default:
 	}
+	if p.skipped != nil {
+		now := time.Now()
+		if len(args.Entries) == 0 && args.Term == p.last.Term && args.PrevLogEntry == p.last.PrevLogEntry &&
+			args.PrevLogTerm == p.last.PrevLogTerm && args.LeaderCommitIndex == p.last.LeaderCommitIndex &&
+			now.Sub(p.lastSent) < idleAppendEvery {
+			p.skipped.Add(1)
+			return &unsentAppend{req: args, resp: resp, start: now}, nil
+		}
+		p.last = raft.AppendEntriesRequest{Term: args.Term, PrevLogEntry: args.PrevLogEntry, PrevLogTerm: args.PrevLogTerm, LeaderCommitIndex: args.LeaderCommitIndex}
+		if n := len(args.Entries); n > 0 {
+			// The next append's previous entry is this one's last.
+			p.last.PrevLogEntry, p.last.PrevLogTerm = args.Entries[n-1].Index, args.Entries[n-1].Term
+		}
+		p.lastSent = now
+	}
 	return p.inner.AppendEntries(args, resp)
 }
+
+// unsentAppend is the future of an append the pipeline did not send. It
+// is never handed to Raft's reader.
+type unsentAppend struct {
+	req   *raft.AppendEntriesRequest
+	resp  *raft.AppendEntriesResponse
+	start time.Time
+}
+
+func (u *unsentAppend) Error() error                          { return nil }
+func (u *unsentAppend) Start() time.Time                      { return u.start }
+func (u *unsentAppend) Request() *raft.AppendEntriesRequest   { return u.req }
+func (u *unsentAppend) Response() *raft.AppendEntriesResponse { return u.resp }
 
 // Consumer implements raft.AppendPipeline.
 func (p *pipeline) Consumer() <-chan raft.AppendFuture { return p.out }

@@ -51,25 +51,51 @@ import (
 // wedges the leader's replication to it.
 type voteGate struct {
 	*raft.NetworkTransport
-	mux     *Mux
-	local   raft.ServerID
-	raft    atomic.Pointer[raft.Raft]
-	out     chan raft.RPC
-	stop    chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup
-	retired atomic.Bool
+	mux   *Mux
+	group string
+	local raft.ServerID
+	// heartbeat is Raft's heartbeat handler (SetHeartbeatHandler), for
+	// the heartbeats that arrive coalesced (heartbeat.go).
+	heartbeat atomic.Pointer[func(raft.RPC)]
+	raft      atomic.Pointer[raft.Raft]
+	out       chan raft.RPC
+	stop      chan struct{}
+	once      sync.Once
+	wg        sync.WaitGroup
+	retired   atomic.Bool
 	// refused counts the requests answered "no"; campaigns counts the
 	// vote requests of a retired server held back.
 	refused   atomic.Int64
 	campaigns atomic.Int64
 }
 
-func newVoteGate(t *raft.NetworkTransport, mux *Mux, local raft.ServerID) *voteGate {
-	g := &voteGate{NetworkTransport: t, mux: mux, local: local, out: make(chan raft.RPC), stop: make(chan struct{})}
+func newVoteGate(t *raft.NetworkTransport, mux *Mux, group string, local raft.ServerID) *voteGate {
+	g := &voteGate{NetworkTransport: t, mux: mux, group: group, local: local, out: make(chan raft.RPC), stop: make(chan struct{})}
 	g.wg.Add(1)
 	go g.loop()
+	mux.hb.register(group, g)
 	return g
+}
+
+// SetHeartbeatHandler implements raft.Transport: Raft's handler gets the
+// heartbeats of both ways, the group's own connections and the node's
+// coalesced ones.
+func (g *voteGate) SetHeartbeatHandler(fn func(raft.RPC)) {
+	if fn == nil {
+		g.heartbeat.Store(nil)
+	} else {
+		g.heartbeat.Store(&fn)
+	}
+	g.NetworkTransport.SetHeartbeatHandler(fn)
+}
+
+// heartbeatHandler returns Raft's heartbeat handler; nil before Raft set
+// one.
+func (g *voteGate) heartbeatHandler() func(raft.RPC) {
+	if p := g.heartbeat.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Consumer implements raft.Transport.
@@ -91,7 +117,7 @@ const voterPrefix = "\x00voter:"
 // node there reads headers naming a member; otherwise the plain address,
 // and legacy is true.
 func (g *voteGate) to(id raft.ServerID, target raft.ServerAddress) (addr raft.ServerAddress, legacy bool) {
-	if g.mux.Protocol(string(target)) >= RaftProtocol {
+	if g.mux.Protocol(string(target)) >= ProtocolMembers {
 		return raft.ServerAddress(MemberAddress(string(target), string(id))), false
 	}
 	return target, true
@@ -140,8 +166,13 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 	return g.NetworkTransport.RequestPreVote(id, addr, args, resp)
 }
 
-// AppendEntries implements raft.Transport, to the member Raft names.
+// AppendEntries implements raft.Transport, to the member Raft names. A
+// heartbeat to a node that speaks ProtocolHeartbeats travels with the
+// node's other heartbeats to it (heartbeat.go).
 func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if isHeartbeat(args) && g.mux.Protocol(string(target)) >= ProtocolHeartbeats {
+		return g.mux.hb.beat(string(target), g.group, string(id), args, resp)
+	}
 	addr, _ := g.to(id, target)
 	return g.NetworkTransport.AppendEntries(id, addr, args, resp)
 }
@@ -225,7 +256,10 @@ func (g *voteGate) member() bool {
 // Close implements raft.WithClose: it stops the gate, then the
 // transport. Raft's shutdown calls it, and the group's close again.
 func (g *voteGate) Close() error {
-	g.once.Do(func() { close(g.stop) })
+	g.once.Do(func() {
+		g.mux.hb.unregister(g.group, g)
+		close(g.stop)
+	})
 	g.wg.Wait()
 	return g.NetworkTransport.Close()
 }

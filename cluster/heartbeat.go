@@ -1,0 +1,547 @@
+package cluster
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// HeartbeatGroup is the group id under which a node's Mux carries the
+// heartbeats of every Raft group between two nodes (see Heartbeats),
+// instead of a Raft group's connections.
+const HeartbeatGroup = "_hb"
+
+const (
+	// heartbeatWindow is how long a heartbeat waits for others to the same
+	// node before they leave together: a frame per pair of nodes and
+	// window, whatever the number of groups. A leader heartbeats each
+	// follower every tenth to fifth of the heartbeat timeout (50–100 ms at
+	// fabriqd's 500 ms), and holds its lease while a majority answered
+	// within LeaderLeaseTimeout (fabriqd: 250 ms); the window stretches
+	// the gap between a follower's heartbeats to 125 ms at most.
+	heartbeatWindow = 25 * time.Millisecond
+	// heartbeatMaxBatch bounds the heartbeats of one frame; more wait for
+	// the next round.
+	heartbeatMaxBatch = 8192
+	// heartbeatRoundTimeout bounds a round: writing a frame and reading
+	// its answer. A peer that takes longer loses its connection, and the
+	// round's heartbeats fail as they would on a group's own connection.
+	heartbeatRoundTimeout = transportTimeout
+	// heartbeatIdle ends a peer's sender (and closes its connection) after
+	// this long without a heartbeat to send; the receiving side closes a
+	// connection silent for twice as long.
+	heartbeatIdle = time.Minute
+)
+
+// errHeartbeatsClosed fails the heartbeats of a closed mux.
+var errHeartbeatsClosed = fmt.Errorf("cluster: heartbeats: %w", ErrClosed)
+
+// heartbeats carries the heartbeats of every Raft group between this node
+// and each other node over one connection per pair of nodes, as
+// CockroachDB coalesces its ranges' heartbeats. hashicorp/raft sends a
+// heartbeat per follower of each group it leads every tenth of the
+// heartbeat timeout, each an RPC on the group's own connection: with
+// hundreds of groups per node, the system calls and wake-ups of those RPCs
+// alone kept a core busy. Here a group's heartbeat joins a queue per
+// destination node; every heartbeatWindow the queue leaves as one frame,
+// the receiving node hands each heartbeat to its group's Raft (the fast
+// path Raft gives its transport, SetHeartbeatHandler) and answers them in
+// one frame, and each group's Raft gets its own follower's answer, as
+// before. Nothing of Raft changes: each follower still hears from its own
+// leader, each answer is the follower's own, and a group whose member is
+// not on the receiving node (another member at the address) is refused,
+// as the mux refuses its connections. Only heartbeats travel together:
+// entries, votes and snapshots keep the group's own connections.
+//
+// A node sends a group's heartbeats this way only to a node that speaks
+// ProtocolHeartbeats (gossip tells); to an older one, on the group's own
+// connections as before.
+type heartbeats struct {
+	mux    *Mux
+	layer  *Layer
+	logger *slog.Logger
+	window time.Duration
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	gates  map[string]*voteGate // by group id: where received heartbeats go
+	peers  map[string]*hbPeer   // by Raft address: senders
+	closed bool
+
+	sent, frames, delivered, refused atomic.Int64
+	// idleAppends counts the appends that told a follower nothing new,
+	// not sent (pipeline.go).
+	idleAppends atomic.Int64
+}
+
+// HeartbeatStats counts what a node's coalesced heartbeats did since the
+// mux started.
+type HeartbeatStats struct {
+	// Sent is the heartbeats this node's groups sent, and Frames the
+	// frames that carried them.
+	Sent, Frames int64
+	// Delivered is the heartbeats received and handed to a group here;
+	// Refused those for a group or member this node does not run.
+	Delivered, Refused int64
+	// IdleAppendsSkipped is the appends this node's groups, leading an
+	// idle group, did not send because they told the follower nothing
+	// new (see cluster/DESIGN.md).
+	IdleAppendsSkipped int64
+}
+
+// HeartbeatStats returns what the mux's coalesced heartbeats did.
+func (m *Mux) HeartbeatStats() HeartbeatStats {
+	h := m.hb
+	return HeartbeatStats{
+		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
+		IdleAppendsSkipped: h.idleAppends.Load(),
+	}
+}
+
+// hbRequest is one group's heartbeat in a frame: what hashicorp/raft puts
+// in a heartbeat's AppendEntriesRequest (every other field is zero), and
+// the group and member it is for.
+type hbRequest struct {
+	Group   string `msgpack:"g"`
+	Member  string `msgpack:"m"`
+	Version int    `msgpack:"v"`
+	ID      []byte `msgpack:"i"`
+	Addr    []byte `msgpack:"a"`
+	Leader  []byte `msgpack:"l,omitempty"`
+	Term    uint64 `msgpack:"t"`
+}
+
+// hbResult is a follower's answer to one heartbeat, or Err.
+type hbResult struct {
+	Err            string `msgpack:"e,omitempty"`
+	Version        int    `msgpack:"v"`
+	ID             []byte `msgpack:"i"`
+	Addr           []byte `msgpack:"a"`
+	Term           uint64 `msgpack:"t"`
+	LastLog        uint64 `msgpack:"l"`
+	Success        bool   `msgpack:"s"`
+	NoRetryBackoff bool   `msgpack:"n,omitempty"`
+}
+
+// isHeartbeat reports whether an AppendEntries request is a heartbeat, as
+// NetworkTransport tells them (and nothing else is set).
+func isHeartbeat(a *raft.AppendEntriesRequest) bool {
+	//lint:ignore SA1019 hashicorp/raft still fills the field Leader
+	leader := a.Leader
+	return a.Term != 0 && (len(a.Addr) > 0 || len(leader) > 0) &&
+		a.PrevLogEntry == 0 && a.PrevLogTerm == 0 && len(a.Entries) == 0 && a.LeaderCommitIndex == 0
+}
+
+func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
+	return &heartbeats{
+		mux:    m,
+		layer:  layer,
+		logger: m.logger.With("component", "raft-heartbeats"),
+		window: heartbeatWindow,
+		done:   make(chan struct{}),
+		gates:  make(map[string]*voteGate),
+		peers:  make(map[string]*hbPeer),
+	}
+}
+
+// start runs the accept loop; close stops it.
+func (h *heartbeats) start() {
+	h.wg.Add(1)
+	go h.accept()
+}
+
+// close stops every sender and receiver, failing the heartbeats waiting,
+// and waits for their goroutines.
+func (h *heartbeats) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	close(h.done)
+	h.mu.Unlock()
+	h.layer.Close() // ends accept, and every connection, dialled or accepted
+	h.wg.Wait()
+}
+
+// register makes g the receiver of its group's heartbeats on this node.
+func (h *heartbeats) register(group string, g *voteGate) {
+	h.mu.Lock()
+	h.gates[group] = g
+	h.mu.Unlock()
+}
+
+// unregister forgets g, if it is still its group's receiver; a nil g,
+// whatever receives the group's heartbeats (its layer closed).
+func (h *heartbeats) unregister(group string, g *voteGate) {
+	h.mu.Lock()
+	if g == nil || h.gates[group] == g {
+		delete(h.gates, group)
+	}
+	h.mu.Unlock()
+}
+
+// beat sends one group's heartbeat to member of group at addr, a node's
+// Raft address, and fills resp with the member's answer.
+func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	c := &hbCall{
+		req: hbRequest{
+			Group: group, Member: member, Version: int(args.ProtocolVersion),
+			ID: args.ID, Addr: args.Addr, Term: args.Term,
+		},
+		done: make(chan hbOutcome, 1),
+	}
+	//lint:ignore SA1019 hashicorp/raft still fills the field, and reads it when Addr is empty
+	c.req.Leader = args.Leader
+	p := h.peer(addr)
+	if p == nil {
+		return errHeartbeatsClosed
+	}
+	p.enqueue(c)
+	h.sent.Add(1)
+	t := time.NewTimer(heartbeatRoundTimeout + h.window)
+	defer t.Stop()
+	var o hbOutcome
+	select {
+	case o = <-c.done:
+	case <-t.C:
+		return fmt.Errorf("cluster: heartbeat to %s: no answer in %s", addr, heartbeatRoundTimeout)
+	case <-h.done:
+		return errHeartbeatsClosed
+	}
+	if o.err != nil {
+		return o.err
+	}
+	if o.res.Err != "" {
+		return fmt.Errorf("cluster: heartbeat to %s: %s", addr, o.res.Err)
+	}
+	if o.res.Term > args.Term {
+		// hashicorp/raft's heartbeat takes any answer as contact, even
+		// one from a follower that has moved on to a newer term. Failing
+		// it instead lets the leader's lease lapse when a majority has:
+		// it steps down within LeaderLeaseTimeout, as it would on the
+		// idle appends the pipeline no longer sends (pipeline.go).
+		return fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
+	}
+	*resp = raft.AppendEntriesResponse{
+		RPCHeader:      raft.RPCHeader{ProtocolVersion: raft.ProtocolVersion(o.res.Version), ID: o.res.ID, Addr: o.res.Addr},
+		Term:           o.res.Term,
+		LastLog:        o.res.LastLog,
+		Success:        o.res.Success,
+		NoRetryBackoff: o.res.NoRetryBackoff,
+	}
+	return nil
+}
+
+// peer returns the sender to addr, starting it if needed; nil once closed.
+func (h *heartbeats) peer(addr string) *hbPeer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	p := h.peers[addr]
+	if p == nil {
+		p = &hbPeer{h: h, addr: addr, wake: make(chan struct{}, 1)}
+		h.peers[addr] = p
+		h.wg.Add(1)
+		go p.run()
+	}
+	return p
+}
+
+// hbCall is a heartbeat waiting for its answer.
+type hbCall struct {
+	req  hbRequest
+	done chan hbOutcome // buffered: an answer nobody waits for any more is dropped
+}
+
+type hbOutcome struct {
+	res hbResult
+	err error
+}
+
+// hbPeer sends the heartbeats to one node: a round every window while
+// there are some, one round at a time, on one connection.
+type hbPeer struct {
+	h    *heartbeats
+	addr string
+	wake chan struct{}
+
+	mu    sync.Mutex
+	queue []*hbCall
+}
+
+func (p *hbPeer) enqueue(c *hbCall) {
+	p.mu.Lock()
+	p.queue = append(p.queue, c)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued heartbeats, heartbeatMaxBatch at most.
+func (p *hbPeer) take() []*hbCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(len(p.queue), heartbeatMaxBatch)
+	calls := p.queue[:n:n]
+	p.queue = p.queue[n:]
+	if len(p.queue) == 0 {
+		p.queue = nil
+	}
+	return calls
+}
+
+// run is the peer's sender. It ends when the heartbeats close, or after
+// heartbeatIdle without a heartbeat (the next one starts a new sender).
+func (p *hbPeer) run() {
+	h := p.h
+	defer h.wg.Done()
+	var conn *hbConn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+		for _, c := range p.take() {
+			c.done <- hbOutcome{err: errHeartbeatsClosed}
+		}
+	}()
+	idle := time.NewTimer(heartbeatIdle)
+	defer idle.Stop()
+	window := time.NewTimer(0)
+	<-window.C
+	for {
+		select {
+		case <-p.wake:
+		case <-idle.C:
+			if p.retire() {
+				return
+			}
+			idle.Reset(heartbeatIdle)
+			continue
+		case <-h.done:
+			return
+		}
+		window.Reset(h.window)
+		select {
+		case <-window.C:
+		case <-h.done:
+			return
+		}
+		for calls := p.take(); len(calls) > 0; calls = p.take() {
+			var err error
+			if conn == nil {
+				conn, err = p.dial()
+			}
+			if err == nil {
+				h.frames.Add(1)
+				err = conn.round(calls)
+				if err != nil {
+					conn.Close()
+					conn = nil
+				}
+			}
+			if err != nil {
+				h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
+				for _, c := range calls {
+					c.done <- hbOutcome{err: fmt.Errorf("cluster: heartbeat to %s: %w", p.addr, err)}
+				}
+			}
+		}
+		idle.Reset(heartbeatIdle)
+	}
+}
+
+// retire removes an idle peer from the senders; false if a heartbeat
+// arrived meanwhile.
+func (p *hbPeer) retire() bool {
+	p.h.mu.Lock()
+	defer p.h.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) > 0 {
+		return false
+	}
+	delete(p.h.peers, p.addr)
+	return true
+}
+
+func (p *hbPeer) dial() (*hbConn, error) {
+	c, err := p.h.layer.Dial(raft.ServerAddress(p.addr), heartbeatRoundTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &hbConn{Conn: c, r: bufio.NewReader(c)}, nil
+}
+
+// hbConn is a sender's connection. A frame is u32 length, u64 round
+// number, then the msgpack array of the round's requests (or, answering,
+// of their results, in the same order).
+type hbConn struct {
+	net.Conn
+	r      *bufio.Reader
+	rounds uint64 // the number of the last round sent
+}
+
+// round sends calls as one frame, reads the answer and completes each call.
+func (c *hbConn) round(calls []*hbCall) error {
+	reqs := make([]hbRequest, len(calls))
+	for i, call := range calls {
+		reqs[i] = call.req
+	}
+	body, err := msgpack.Marshal(reqs)
+	if err != nil {
+		return err
+	}
+	c.rounds++
+	var head [8]byte
+	binary.BigEndian.PutUint64(head[:], c.rounds)
+	if err := c.SetDeadline(time.Now().Add(heartbeatRoundTimeout)); err != nil {
+		return err
+	}
+	if err := writeFrame(c, head[:], body); err != nil {
+		return err
+	}
+	frame, err := readFrame(c.r)
+	if err != nil {
+		return err
+	}
+	var results []hbResult
+	if err := decodeHeartbeatFrame(frame, c.rounds, &results); err != nil {
+		return err
+	}
+	if len(results) != len(calls) {
+		return fmt.Errorf("answer holds %d results for %d heartbeats", len(results), len(calls))
+	}
+	calls[0].done <- hbOutcome{res: results[0]}
+	for i := 1; i < len(calls); i++ {
+		calls[i].done <- hbOutcome{res: results[i]}
+	}
+	return nil
+}
+
+// decodeHeartbeatFrame checks a frame's round number and decodes its body
+// into v.
+func decodeHeartbeatFrame(frame []byte, round uint64, v any) error {
+	if len(frame) < 8 {
+		return errors.New("short heartbeat frame")
+	}
+	if got := binary.BigEndian.Uint64(frame); got != round {
+		return fmt.Errorf("answer to round %d, want %d", got, round)
+	}
+	return msgpack.Unmarshal(frame[8:], v)
+}
+
+// accept serves the heartbeat connections other nodes open.
+func (h *heartbeats) accept() {
+	defer h.wg.Done()
+	for {
+		c, err := h.layer.Accept()
+		if err != nil {
+			return
+		}
+		h.wg.Add(1)
+		go h.serve(c)
+	}
+}
+
+// serve answers the rounds of one connection until it closes, is silent
+// for twice heartbeatIdle, or sends a malformed frame.
+func (h *heartbeats) serve(c net.Conn) {
+	defer h.wg.Done()
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		if err := c.SetReadDeadline(time.Now().Add(2 * heartbeatIdle)); err != nil {
+			return
+		}
+		frame, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if len(frame) < 8 {
+			h.logger.Debug("dropping heartbeat connection", "remote", c.RemoteAddr().String(), "error", "short frame")
+			return
+		}
+		round := binary.BigEndian.Uint64(frame)
+		var reqs []hbRequest
+		if err := decodeHeartbeatFrame(frame, round, &reqs); err != nil {
+			h.logger.Debug("dropping heartbeat connection", "remote", c.RemoteAddr().String(), "error", err)
+			return
+		}
+		results := make([]hbResult, len(reqs))
+		for i := range reqs {
+			results[i] = h.deliver(&reqs[i])
+		}
+		body, err := msgpack.Marshal(results)
+		if err != nil {
+			return
+		}
+		if err := c.SetWriteDeadline(time.Now().Add(heartbeatRoundTimeout)); err != nil {
+			return
+		}
+		if err := writeFrame(c, frame[:8], body); err != nil {
+			return
+		}
+	}
+}
+
+// deliver hands one heartbeat to its group's Raft and returns the answer.
+func (h *heartbeats) deliver(req *hbRequest) hbResult {
+	h.mu.Lock()
+	g := h.gates[req.Group]
+	h.mu.Unlock()
+	if g == nil {
+		h.refused.Add(1)
+		return hbResult{Err: fmt.Sprintf("unknown group %q", req.Group)}
+	}
+	if req.Member != "" && req.Member != string(g.local) {
+		// As the mux refuses a connection for another member (mux.go).
+		h.refused.Add(1)
+		g.refused.Add(1)
+		return hbResult{Err: fmt.Sprintf("group %q: heartbeat for member %q, this node runs %q", req.Group, req.Member, g.local)}
+	}
+	fn := g.heartbeatHandler()
+	if fn == nil {
+		return hbResult{Err: fmt.Sprintf("group %q: not running", req.Group)}
+	}
+	ae := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersion(req.Version), ID: req.ID, Addr: req.Addr},
+		Term:      req.Term,
+	}
+	//lint:ignore SA1019 as hashicorp/raft sends it
+	ae.Leader = req.Leader
+	answer := make(chan raft.RPCResponse, 1)
+	fn(raft.RPC{Command: ae, RespChan: answer}) // answers before it returns, unless Raft is shutting down
+	select {
+	case out := <-answer:
+		if out.Error != nil {
+			return hbResult{Err: out.Error.Error()}
+		}
+		resp, ok := out.Response.(*raft.AppendEntriesResponse)
+		if !ok {
+			return hbResult{Err: fmt.Sprintf("unexpected answer %T", out.Response)}
+		}
+		h.delivered.Add(1)
+		return hbResult{
+			Version: int(resp.ProtocolVersion), ID: resp.ID, Addr: resp.Addr,
+			Term: resp.Term, LastLog: resp.LastLog, Success: resp.Success, NoRetryBackoff: resp.NoRetryBackoff,
+		}
+	default:
+		return hbResult{Err: fmt.Sprintf("group %q: shutting down", req.Group)}
+	}
+}

@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// heartbeatTimings are test timings that leave the race detector on two
+// cores room: a false election would fail the tests below.
+func heartbeatTimings(c *GroupConfig) {
+	fastTimings(c)
+	c.HeartbeatTimeout = 500 * time.Millisecond
+	c.ElectionTimeout = 500 * time.Millisecond
+	c.LeaderLeaseTimeout = 500 * time.Millisecond
+}
+
+// startGroups starts n groups over nodes and waits for their leaders.
+func startGroups(t *testing.T, nodes []*testNode, n int) [][]*testGroup {
+	t.Helper()
+	groups := make([][]*testGroup, n)
+	for i := range groups {
+		groups[i] = startGroup(t, nodes, fmt.Sprintf("g%02d", i), heartbeatTimings)
+	}
+	for _, gs := range groups {
+		waitLeader(t, gs)
+	}
+	return groups
+}
+
+// termsOf returns every member's term and known leader.
+func termsOf(groups [][]*testGroup) []string {
+	var out []string
+	for _, gs := range groups {
+		for _, g := range gs {
+			id, _ := g.Leader()
+			out = append(out, fmt.Sprintf("%s@%s: term %d, leader %s", g.ID(), g.node.id, g.Term(), id))
+		}
+	}
+	return out
+}
+
+func heartbeatTotals(nodes []*testNode) HeartbeatStats {
+	var s HeartbeatStats
+	for _, n := range nodes {
+		h := n.mux.HeartbeatStats()
+		s.Sent += h.Sent
+		s.Frames += h.Frames
+		s.Delivered += h.Delivered
+		s.Refused += h.Refused
+		s.IdleAppendsSkipped += h.IdleAppendsSkipped
+	}
+	return s
+}
+
+// Every group's followers keep their leader on heartbeats that travel
+// together: no election while each follower hears many of them, and the
+// frames carry several heartbeats each. Idle leaders send few appends
+// besides, so the heartbeats are what keeps the followers.
+func TestHeartbeatsTravelTogether(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	for _, n := range nodes {
+		// A few groups heartbeat a node a few dozen times a second: a
+		// longer window than a node's makes each frame carry several.
+		n.mux.hb.window = 100 * time.Millisecond
+	}
+	const groups, followers, each = 8, 2, 40
+	gs := startGroups(t, nodes, groups)
+	before := termsOf(gs)
+	start := heartbeatTotals(nodes)
+	eventually(t, 30*time.Second, "every follower to hear forty heartbeats on average (several heartbeat timeouts)", func() bool {
+		return heartbeatTotals(nodes).Delivered-start.Delivered >= groups*followers*each
+	})
+	if after := termsOf(gs); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("terms or leaders changed while idle:\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
+	}
+	end := heartbeatTotals(nodes)
+	sent, frames := end.Sent-start.Sent, end.Frames-start.Frames
+	if frames == 0 || sent < 2*frames {
+		t.Errorf("%d heartbeats in %d frames: want several per frame", sent, frames)
+	}
+	if end.IdleAppendsSkipped == 0 {
+		t.Errorf("idle leaders sent every empty append")
+	}
+	if end.Refused != 0 {
+		t.Errorf("%d heartbeats refused", end.Refused)
+	}
+	// The groups still commit.
+	for _, g := range gs {
+		applyAll(t, g, "after")
+	}
+}
+
+// Heartbeats to a node that does not speak ProtocolHeartbeats go on each
+// group's own connections, as before.
+func TestHeartbeatsToOlderNodes(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	for _, n := range nodes {
+		n.mux.SetProtocols(func(string) int { return ProtocolMembers })
+	}
+	gs := startGroups(t, nodes, 2)
+	for _, g := range gs {
+		applyAll(t, g, cmds("e", 3)...)
+	}
+	if s := heartbeatTotals(nodes); s.Sent != 0 || s.Frames != 0 {
+		t.Fatalf("coalesced heartbeats to older nodes: %+v", s)
+	}
+}
+
+// A heartbeat for a member the node does not run, or a group it does not
+// know, is refused, and nothing reaches Raft.
+func TestHeartbeatForAnotherMember(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	g := openTestGroup(t, nodes[1], "g", newTestFSM(t.TempDir(), true), heartbeatTimings)
+	if err := g.Bootstrap(ctxTimeout(t, 5*time.Second), []Server{{ID: nodes[1].id, Address: nodes[1].addr(), Voter: true}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the single member to lead", g.IsLeader)
+	term := g.Term()
+	args := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node-0"), Addr: []byte(nodes[0].addr())},
+		Term:      term + 5,
+	}
+	var resp raft.AppendEntriesResponse
+	hb := nodes[0].mux.hb
+	for _, c := range []struct{ group, member, want string }{
+		{"g", "node-9", `heartbeat for member "node-9"`},
+		{"nope", nodes[1].id, `unknown group "nope"`},
+	} {
+		err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("heartbeat for %s/%s: %v, want an error with %q", c.group, c.member, err, c.want)
+		}
+	}
+	if got := nodes[1].mux.HeartbeatStats(); got.Refused != 2 || got.Delivered != 0 {
+		t.Errorf("receiver's stats %+v, want 2 refused, none delivered", got)
+	}
+	if !g.IsLeader() || g.Term() != term {
+		t.Errorf("a refused heartbeat of a higher term reached Raft: leader %v, term %d (was %d)", g.IsLeader(), g.Term(), term)
+	}
+}
