@@ -111,7 +111,10 @@ type Config struct {
 type RaftTimings struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
-	CommitTimeout    time.Duration
+	// CommitTimeout: how often an idle leader tells followers the commit
+	// index. Default: 50 ms for the metadata group, 500 ms for partitions
+	// (partitionCommitTimeout).
+	CommitTimeout time.Duration
 }
 
 // RaftSnapshots say when a Raft group snapshots and compacts its log;

@@ -343,6 +343,18 @@ func (n *Node) reconcileLoop() {
 	}
 }
 
+// partitionCommitTimeout is how long an idle partition leader waits before
+// it tells its followers the commit index again (cluster.GroupConfig's
+// CommitTimeout; the metadata group keeps the 50 ms default, its followers'
+// catalogs serve reads). hashicorp/raft sends every follower an append
+// that often even when nothing happens, and building one reads the Raft
+// log: with hundreds of idle partitions per node that was a tenth of a
+// core. A partition's follower only learns of the last entries of a burst
+// later; acknowledgements never wait for it (they need a majority's log,
+// not its state machine), and a new leader applies every committed entry
+// before anything it proposes.
+const partitionCommitTimeout = 500 * time.Millisecond
+
 // reconcileEvery is how often the node reconciles its partitions without
 // being asked.
 const reconcileEvery = 2 * time.Second
@@ -610,6 +622,9 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 		Logger: n.logger.With("partition", name),
 	})
 	gcfg := n.groupConfig(name, filepath.Join(dir, "raft"), f, fsm.ExpandLogSnapshot)
+	if n.cfg.Raft.CommitTimeout == 0 {
+		gcfg.CommitTimeout = partitionCommitTimeout
+	}
 	gcfg.NodeID = self
 	gcfg.Retired = retired
 	// The Raft log found damaged while the group runs: the copy stops
