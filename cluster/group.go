@@ -154,6 +154,8 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		Logger:  newHCLogger(logger, "raft-net"),
 	})
 	gate := newVoteGate(g.trans, cfg.Mux, cfg.ID, raft.ServerID(cfg.NodeID))
+	gate.quiet.base = raft.ReloadableConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout}
+	gate.quiet.lease = cfg.LeaderLeaseTimeout
 	gate.retired.Store(cfg.Retired)
 	undo = append(undo, func() { gate.Close() })
 
@@ -476,6 +478,9 @@ func (g *Group) do(ctx context.Context, op string, start func(timeout time.Durat
 	}
 	g.waiters.Add(1) // done by await's goroutine; Close waits for it
 	g.mu.Unlock()
+	if op != "configuration" && op != "snapshot" {
+		g.gate.active() // a proposal: a quiet group wakes (reads and snapshots are local)
+	}
 	return g.await(ctx, op, start)
 }
 

@@ -70,18 +70,26 @@ type heartbeats struct {
 	layer  *Layer
 	logger *slog.Logger
 	window time.Duration
-	done   chan struct{}
-	wg     sync.WaitGroup
+	// The quiet groups' timings (quiet.go); tests shorten them.
+	quietAfter, realEvery, followerTimeout time.Duration
+
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	// self is this node's Raft address as its groups advertise it (from
+	// their heartbeats): a round says whom it is from.
+	self atomic.Pointer[string]
 
 	mu     sync.Mutex
 	gates  map[string]*voteGate // by group id: where received heartbeats go
 	peers  map[string]*hbPeer   // by Raft address: senders
+	seen   map[string]time.Time // by Raft address: the last round received from that node
 	closed bool
 
 	sent, frames, delivered, refused atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
-	// not sent (pipeline.go).
-	idleAppends atomic.Int64
+	// not sent (pipeline.go); local the heartbeats answered locally.
+	idleAppends, local atomic.Int64
 }
 
 // HeartbeatStats counts what a node's coalesced heartbeats did since the
@@ -97,21 +105,37 @@ type HeartbeatStats struct {
 	// idle group, did not send because they told the follower nothing
 	// new (see cluster/DESIGN.md).
 	IdleAppendsSkipped int64
+	// AnsweredLocally is the heartbeats of quiet leaders answered on this
+	// node (quiet.go); QuietLeaders and QuietFollowers the members that
+	// lead and follow quietly now.
+	AnsweredLocally              int64
+	QuietLeaders, QuietFollowers int
 }
 
 // HeartbeatStats returns what the mux's coalesced heartbeats did.
 func (m *Mux) HeartbeatStats() HeartbeatStats {
 	h := m.hb
-	return HeartbeatStats{
+	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
-		IdleAppendsSkipped: h.idleAppends.Load(),
+		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(),
 	}
+	for _, g := range h.registered() {
+		if g.quiet.leading.Load() {
+			s.QuietLeaders++
+		}
+		if g.quietUnder() != "" {
+			s.QuietFollowers++
+		}
+	}
+	return s
 }
 
 // hbRequest is one group's heartbeat in a frame: what hashicorp/raft puts
 // in a heartbeat's AppendEntriesRequest (every other field is zero), and
 // the group and member it is for.
 type hbRequest struct {
+	// Quiet: the leader leads quietly (quiet.go).
+	Quiet   bool   `msgpack:"q,omitempty"`
 	Group   string `msgpack:"g"`
 	Member  string `msgpack:"m"`
 	Version int    `msgpack:"v"`
@@ -123,6 +147,8 @@ type hbRequest struct {
 
 // hbResult is a follower's answer to one heartbeat, or Err.
 type hbResult struct {
+	// Quiet: the follower took a quiet heartbeat and follows quietly.
+	Quiet          bool   `msgpack:"q,omitempty"`
 	Err            string `msgpack:"e,omitempty"`
 	Version        int    `msgpack:"v"`
 	ID             []byte `msgpack:"i"`
@@ -131,6 +157,15 @@ type hbResult struct {
 	LastLog        uint64 `msgpack:"l"`
 	Success        bool   `msgpack:"s"`
 	NoRetryBackoff bool   `msgpack:"n,omitempty"`
+}
+
+// hbFrame is a round's request: whom it is from (a Raft address), the
+// heartbeats, and the groups whose quiet followers on the receiving node
+// are to wake (their leader here stopped leading quietly).
+type hbFrame struct {
+	From  string      `msgpack:"f"`
+	Beats []hbRequest `msgpack:"b"`
+	Wake  []string    `msgpack:"w,omitempty"`
 }
 
 // isHeartbeat reports whether an AppendEntries request is a heartbeat, as
@@ -144,20 +179,71 @@ func isHeartbeat(a *raft.AppendEntriesRequest) bool {
 
 func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 	return &heartbeats{
-		mux:    m,
-		layer:  layer,
-		logger: m.logger.With("component", "raft-heartbeats"),
-		window: heartbeatWindow,
-		done:   make(chan struct{}),
-		gates:  make(map[string]*voteGate),
-		peers:  make(map[string]*hbPeer),
+		mux:             m,
+		layer:           layer,
+		logger:          m.logger.With("component", "raft-heartbeats"),
+		window:          heartbeatWindow,
+		quietAfter:      quietAfter,
+		realEvery:       quietRealEvery,
+		followerTimeout: quietFollowerTimeout,
+		done:            make(chan struct{}),
+		gates:           make(map[string]*voteGate),
+		peers:           make(map[string]*hbPeer),
+		seen:            make(map[string]time.Time),
 	}
 }
 
-// start runs the accept loop; close stops it.
+// start runs the accept loop and the quiet groups' ticks; close stops them.
 func (h *heartbeats) start() {
-	h.wg.Add(1)
+	h.wg.Add(2)
 	go h.accept()
+	go h.ticks()
+}
+
+// ticks runs every group's quiet tick (quiet.go) every quietTick.
+func (h *heartbeats) ticks() {
+	defer h.wg.Done()
+	t := time.NewTicker(quietTick)
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			for _, g := range h.registered() {
+				g.tick(now)
+			}
+		case <-h.done:
+			return
+		}
+	}
+}
+
+// registered returns the gates that receive heartbeats here.
+func (h *heartbeats) registered() []*voteGate {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gs := make([]*voteGate, 0, len(h.gates))
+	for _, g := range h.gates {
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// fresh reports whether a round to the node at addr succeeded within
+// within.
+func (h *heartbeats) fresh(addr string, within time.Duration) bool {
+	h.mu.Lock()
+	p := h.peers[addr]
+	h.mu.Unlock()
+	return p != nil && time.Since(time.Unix(0, p.lastOK.Load())) < within
+}
+
+// heardFrom reports whether a round from the node at addr arrived within
+// quietWakeAfter of now, on a connection still open.
+func (h *heartbeats) heardFrom(addr string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.seen[addr]
+	return ok && now.Sub(t) < quietWakeAfter
 }
 
 // close stops every sender and receiver, failing the heartbeats waiting,
@@ -193,11 +279,16 @@ func (h *heartbeats) unregister(group string, g *voteGate) {
 }
 
 // beat sends one group's heartbeat to member of group at addr, a node's
-// Raft address, and fills resp with the member's answer.
-func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+// Raft address, and fills resp with the member's answer; quiet marks it a
+// quiet leader's, and acked says the member follows quietly.
+func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet bool) (acked bool, err error) {
+	if self := h.self.Load(); (self == nil || *self != string(args.Addr)) && len(args.Addr) > 0 {
+		a := string(args.Addr)
+		h.self.Store(&a)
+	}
 	c := &hbCall{
 		req: hbRequest{
-			Group: group, Member: member, Version: int(args.ProtocolVersion),
+			Quiet: quiet, Group: group, Member: member, Version: int(args.ProtocolVersion),
 			ID: args.ID, Addr: args.Addr, Term: args.Term,
 		},
 		done: make(chan hbOutcome, 1),
@@ -206,7 +297,7 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 	c.req.Leader = args.Leader
 	p := h.peer(addr)
 	if p == nil {
-		return errHeartbeatsClosed
+		return false, errHeartbeatsClosed
 	}
 	p.enqueue(c)
 	h.sent.Add(1)
@@ -216,15 +307,15 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 	select {
 	case o = <-c.done:
 	case <-t.C:
-		return fmt.Errorf("cluster: heartbeat to %s: no answer in %s", addr, heartbeatRoundTimeout)
+		return false, fmt.Errorf("cluster: heartbeat to %s: no answer in %s", addr, heartbeatRoundTimeout)
 	case <-h.done:
-		return errHeartbeatsClosed
+		return false, errHeartbeatsClosed
 	}
 	if o.err != nil {
-		return o.err
+		return false, o.err
 	}
 	if o.res.Err != "" {
-		return fmt.Errorf("cluster: heartbeat to %s: %s", addr, o.res.Err)
+		return false, fmt.Errorf("cluster: heartbeat to %s: %s", addr, o.res.Err)
 	}
 	if o.res.Term > args.Term {
 		// hashicorp/raft's heartbeat takes any answer as contact, even
@@ -232,7 +323,7 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 		// it instead lets the leader's lease lapse when a majority has:
 		// it steps down within LeaderLeaseTimeout, as it would on the
 		// idle appends the pipeline no longer sends (pipeline.go).
-		return fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
+		return false, fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
 	}
 	*resp = raft.AppendEntriesResponse{
 		RPCHeader:      raft.RPCHeader{ProtocolVersion: raft.ProtocolVersion(o.res.Version), ID: o.res.ID, Addr: o.res.Addr},
@@ -241,7 +332,7 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 		Success:        o.res.Success,
 		NoRetryBackoff: o.res.NoRetryBackoff,
 	}
-	return nil
+	return o.res.Quiet && o.res.Success, nil
 }
 
 // peer returns the sender to addr, starting it if needed; nil once closed.
@@ -278,9 +369,29 @@ type hbPeer struct {
 	h    *heartbeats
 	addr string
 	wake chan struct{}
+	// lastOK is when a round last succeeded (UnixNano).
+	lastOK atomic.Int64
 
 	mu    sync.Mutex
 	queue []*hbCall
+	wakes []string // groups whose quiet followers there are to wake
+}
+
+// wakeLater tells the node's quiet followers of group to wake, with the
+// next round (a ping at the latest).
+func (p *hbPeer) wakeLater(group string) {
+	p.mu.Lock()
+	p.wakes = append(p.wakes, group)
+	p.mu.Unlock()
+}
+
+// takeWakes returns the groups to wake, and forgets them.
+func (p *hbPeer) takeWakes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.wakes
+	p.wakes = nil
+	return w
 }
 
 func (p *hbPeer) enqueue(c *hbCall) {
@@ -308,6 +419,9 @@ func (p *hbPeer) take() []*hbCall {
 
 // run is the peer's sender. It ends when the heartbeats close, or after
 // heartbeatIdle without a heartbeat (the next one starts a new sender).
+// Between heartbeats it pings every pingEvery: an empty round, which tells
+// the other node this one is there (quiet followers watch for it) and
+// this one that the other answers (quiet leaders answer for it).
 func (p *hbPeer) run() {
 	h := p.h
 	defer h.wg.Done()
@@ -322,11 +436,25 @@ func (p *hbPeer) run() {
 	}()
 	idle := time.NewTimer(heartbeatIdle)
 	defer idle.Stop()
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
 	window := time.NewTimer(0)
 	<-window.C
+	var lastRound time.Time
 	for {
 		select {
 		case <-p.wake:
+			window.Reset(h.window)
+			select {
+			case <-window.C:
+			case <-h.done:
+				return
+			}
+			idle.Reset(heartbeatIdle)
+		case <-ping.C:
+			if time.Since(lastRound) < pingEvery {
+				continue
+			}
 		case <-idle.C:
 			if p.retire() {
 				return
@@ -336,33 +464,30 @@ func (p *hbPeer) run() {
 		case <-h.done:
 			return
 		}
-		window.Reset(h.window)
-		select {
-		case <-window.C:
-		case <-h.done:
-			return
-		}
-		for calls := p.take(); len(calls) > 0; calls = p.take() {
+		// At least one round: a ping when nothing is queued.
+		for calls, first := p.take(), true; first || len(calls) > 0; calls, first = p.take(), false {
 			var err error
 			if conn == nil {
 				conn, err = p.dial()
 			}
 			if err == nil {
 				h.frames.Add(1)
-				err = conn.round(calls)
+				err = conn.round(calls, h.self.Load(), p.takeWakes())
 				if err != nil {
 					conn.Close()
 					conn = nil
 				}
 			}
-			if err != nil {
-				h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
-				for _, c := range calls {
-					c.done <- hbOutcome{err: fmt.Errorf("cluster: heartbeat to %s: %w", p.addr, err)}
-				}
+			lastRound = time.Now()
+			if err == nil {
+				p.lastOK.Store(lastRound.UnixNano())
+				continue
+			}
+			h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
+			for _, c := range calls {
+				c.done <- hbOutcome{err: fmt.Errorf("cluster: heartbeat to %s: %w", p.addr, err)}
 			}
 		}
-		idle.Reset(heartbeatIdle)
 	}
 }
 
@@ -397,13 +522,17 @@ type hbConn struct {
 	rounds uint64 // the number of the last round sent
 }
 
-// round sends calls as one frame, reads the answer and completes each call.
-func (c *hbConn) round(calls []*hbCall) error {
-	reqs := make([]hbRequest, len(calls))
-	for i, call := range calls {
-		reqs[i] = call.req
+// round sends calls as one frame, from the node at self (nil: not known
+// yet), with the groups to wake, reads the answer and completes each call.
+func (c *hbConn) round(calls []*hbCall, self *string, wakes []string) error {
+	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: wakes}
+	if self != nil {
+		f.From = *self
 	}
-	body, err := msgpack.Marshal(reqs)
+	for i, call := range calls {
+		f.Beats[i] = call.req
+	}
+	body, err := msgpack.Marshal(&f)
 	if err != nil {
 		return err
 	}
@@ -427,9 +556,8 @@ func (c *hbConn) round(calls []*hbCall) error {
 	if len(results) != len(calls) {
 		return fmt.Errorf("answer holds %d results for %d heartbeats", len(results), len(calls))
 	}
-	calls[0].done <- hbOutcome{res: results[0]}
-	for i := 1; i < len(calls); i++ {
-		calls[i].done <- hbOutcome{res: results[i]}
+	for i, call := range calls {
+		call.done <- hbOutcome{res: results[i]}
 	}
 	return nil
 }
@@ -460,10 +588,20 @@ func (h *heartbeats) accept() {
 }
 
 // serve answers the rounds of one connection until it closes, is silent
-// for twice heartbeatIdle, or sends a malformed frame.
+// for twice heartbeatIdle, or sends a malformed frame. When it ends, the
+// quiet followers under the node it came from wake at the next tick,
+// unless another connection from that node keeps it heard.
 func (h *heartbeats) serve(c net.Conn) {
 	defer h.wg.Done()
 	defer c.Close()
+	var from string
+	defer func() {
+		if from != "" {
+			h.mu.Lock()
+			delete(h.seen, from)
+			h.mu.Unlock()
+		}
+	}()
 	r := bufio.NewReader(c)
 	for {
 		if err := c.SetReadDeadline(time.Now().Add(2 * heartbeatIdle)); err != nil {
@@ -478,14 +616,28 @@ func (h *heartbeats) serve(c net.Conn) {
 			return
 		}
 		round := binary.BigEndian.Uint64(frame)
-		var reqs []hbRequest
-		if err := decodeHeartbeatFrame(frame, round, &reqs); err != nil {
+		var f hbFrame
+		if err := decodeHeartbeatFrame(frame, round, &f); err != nil {
 			h.logger.Debug("dropping heartbeat connection", "remote", c.RemoteAddr().String(), "error", err)
 			return
 		}
-		results := make([]hbResult, len(reqs))
-		for i := range reqs {
-			results[i] = h.deliver(&reqs[i])
+		if f.From != "" {
+			from = f.From
+			h.mu.Lock()
+			h.seen[from] = time.Now()
+			h.mu.Unlock()
+		}
+		for _, group := range f.Wake {
+			h.mu.Lock()
+			g := h.gates[group]
+			h.mu.Unlock()
+			if g != nil && from != "" {
+				g.wake(from)
+			}
+		}
+		results := make([]hbResult, len(f.Beats))
+		for i := range f.Beats {
+			results[i] = h.deliver(&f.Beats[i], from)
 		}
 		body, err := msgpack.Marshal(results)
 		if err != nil {
@@ -500,8 +652,10 @@ func (h *heartbeats) serve(c net.Conn) {
 	}
 }
 
-// deliver hands one heartbeat to its group's Raft and returns the answer.
-func (h *heartbeats) deliver(req *hbRequest) hbResult {
+// deliver hands one heartbeat from the node at from to its group's Raft
+// and returns the answer. A heartbeat Raft took makes the member follow
+// quietly when it is quiet, and wakes it when it is not.
+func (h *heartbeats) deliver(req *hbRequest, from string) hbResult {
 	h.mu.Lock()
 	g := h.gates[req.Group]
 	h.mu.Unlock()
@@ -537,10 +691,18 @@ func (h *heartbeats) deliver(req *hbRequest) hbResult {
 			return hbResult{Err: fmt.Sprintf("unexpected answer %T", out.Response)}
 		}
 		h.delivered.Add(1)
-		return hbResult{
+		res := hbResult{
 			Version: int(resp.ProtocolVersion), ID: resp.ID, Addr: resp.Addr,
 			Term: resp.Term, LastLog: resp.LastLog, Success: resp.Success, NoRetryBackoff: resp.NoRetryBackoff,
 		}
+		if resp.Success && resp.Term == req.Term {
+			if req.Quiet {
+				res.Quiet = g.followQuietly(from)
+			} else {
+				g.wake("")
+			}
+		}
+		return res
 	default:
 		return hbResult{Err: fmt.Sprintf("group %q: shutting down", req.Group)}
 	}

@@ -52,6 +52,9 @@ func heartbeatTotals(nodes []*testNode) HeartbeatStats {
 		s.Delivered += h.Delivered
 		s.Refused += h.Refused
 		s.IdleAppendsSkipped += h.IdleAppendsSkipped
+		s.AnsweredLocally += h.AnsweredLocally
+		s.QuietLeaders += h.QuietLeaders
+		s.QuietFollowers += h.QuietFollowers
 	}
 	return s
 }
@@ -66,6 +69,7 @@ func TestHeartbeatsTravelTogether(t *testing.T) {
 		// A few groups heartbeat a node a few dozen times a second: a
 		// longer window than a node's makes each frame carry several.
 		n.mux.hb.window = 100 * time.Millisecond
+		n.mux.hb.quietAfter = time.Hour // every heartbeat real (quiet_test.go)
 	}
 	const groups, followers, each = 8, 2, 40
 	gs := startGroups(t, nodes, groups)
@@ -130,7 +134,7 @@ func TestHeartbeatForAnotherMember(t *testing.T) {
 		{"g", "node-9", `heartbeat for member "node-9"`},
 		{"nope", nodes[1].id, `unknown group "nope"`},
 	} {
-		err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp)
+		_, err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("heartbeat for %s/%s: %v, want an error with %q", c.group, c.member, err, c.want)
 		}

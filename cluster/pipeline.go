@@ -11,7 +11,7 @@ import (
 
 // idleAppendEvery is how often an idle leader still sends a follower an
 // append that tells it nothing new (see pipeline.AppendEntries).
-const idleAppendEvery = time.Second
+const idleAppendEvery = 30 * time.Second
 
 // errPipelineBroken fails a pipelined AppendEntries sent after the
 // follower refused an earlier one: the leader falls back to one request at

@@ -57,12 +57,14 @@ type voteGate struct {
 	// heartbeat is Raft's heartbeat handler (SetHeartbeatHandler), for
 	// the heartbeats that arrive coalesced (heartbeat.go).
 	heartbeat atomic.Pointer[func(raft.RPC)]
-	raft      atomic.Pointer[raft.Raft]
-	out       chan raft.RPC
-	stop      chan struct{}
-	once      sync.Once
-	wg        sync.WaitGroup
-	retired   atomic.Bool
+	// quiet is the group's side of quiet groups (quiet.go).
+	quiet   quietState
+	raft    atomic.Pointer[raft.Raft]
+	out     chan raft.RPC
+	stop    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	retired atomic.Bool
 	// refused counts the requests answered "no"; campaigns counts the
 	// vote requests of a retired server held back.
 	refused   atomic.Int64
@@ -171,7 +173,15 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 // node's other heartbeats to it (heartbeat.go).
 func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if isHeartbeat(args) && g.mux.Protocol(string(target)) >= ProtocolHeartbeats {
-		return g.mux.hb.beat(string(target), g.group, string(id), args, resp)
+		if g.answerLocally(id, target, args, resp) {
+			return nil
+		}
+		quiet := g.quiet.leading.Load()
+		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet)
+		if quiet || acked {
+			g.heard(id, target, args.Term, err == nil && acked)
+		}
+		return err
 	}
 	addr, _ := g.to(id, target)
 	return g.NetworkTransport.AppendEntries(id, addr, args, resp)
@@ -257,6 +267,9 @@ func (g *voteGate) member() bool {
 // transport. Raft's shutdown calls it, and the group's close again.
 func (g *voteGate) Close() error {
 	g.once.Do(func() {
+		if g.quiet.leading.Load() {
+			g.stopLeadingQuietly(true) // its quiet followers need not wait out their timeout
+		}
 		g.mux.hb.unregister(g.group, g)
 		close(g.stop)
 	})

@@ -1,0 +1,243 @@
+package cluster
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Quiet groups (cluster/DESIGN.md, "Quiet groups"). A leader whose group
+// has had no proposal for quietAfter goes quiet: it marks its heartbeats
+// quiet, and a follower that takes a quiet heartbeat stretches its own
+// heartbeat timeout to quietFollowerTimeout, and says so. From then on the
+// leader answers most of its own heartbeats to that follower itself —
+// while a round to the follower's node succeeded within four fifths of
+// its lease — and
+// lets one through every quietRealEvery. The followers' nodes watch the
+// leader's node instead: heartbeat rounds (pings when there is nothing
+// else) come every pingEvery, and a follower whose leader's node has been
+// silent for quietWakeAfter, or whose connection closed, takes its normal
+// timeout back, which starts an election at once if the leader is gone.
+// A proposal wakes the group: the leader's heartbeats are real and not
+// quiet again, and each follower takes its normal timeout back with the
+// first one.
+const (
+	quietAfter           = 2 * time.Second
+	quietRealEvery       = 2 * time.Second
+	quietFollowerTimeout = 10 * time.Second
+	pingEvery            = 100 * time.Millisecond
+	quietWakeAfter       = 400 * time.Millisecond
+	// quietTick is how often the node looks at its groups: which leaders
+	// go quiet, which followers wake.
+	quietTick = 100 * time.Millisecond
+)
+
+// quietState is a group's side of quiet groups, kept by its gate.
+type quietState struct {
+	// base are the heartbeat and election timeouts of the group's
+	// configuration: what a member goes back to when it wakes.
+	base raft.ReloadableConfig
+	// lease is the group's LeaderLeaseTimeout: a quiet leader heartbeats
+	// every 0.3 to 0.6 of it (quietLeaderTimeout).
+	lease time.Duration
+	// lastActive is when the group last proposed (UnixNano); 0: never.
+	lastActive atomic.Int64
+	// leading is set while this member leads quietly.
+	leading atomic.Bool
+	// wasLeader: the last tick found this member leading (tick's alone).
+	wasLeader bool
+
+	mu sync.Mutex
+	// acked, on a quiet leader: the followers that took a quiet heartbeat
+	// of this term, and when the last real one went.
+	acked map[raft.ServerID]quietAck
+	// under, on a quiet follower: the Raft address of the leader's node it
+	// is quiet under; empty when not quiet.
+	under string
+}
+
+type quietAck struct {
+	term     uint64
+	addr     string // the follower's node
+	lastReal time.Time
+}
+
+// active records a proposal: a quiet leader wakes. Its followers wake
+// with its next heartbeats, which are real and not quiet: after Raft took
+// one, so that a woken follower does not find its last contact old.
+func (g *voteGate) active() {
+	g.quiet.lastActive.Store(time.Now().UnixNano())
+	if g.quiet.leading.Load() {
+		g.stopLeadingQuietly(false)
+	}
+}
+
+// leadQuietly makes this leader quiet: its heartbeats are marked quiet,
+// and come every 0.3 to 0.6 of the lease instead of every tenth to fifth
+// of the heartbeat timeout (most of them answered locally, quiet.go): its
+// heartbeat timeout is three leases.
+func (g *voteGate) leadQuietly(r *raft.Raft) {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	rc := g.quiet.base
+	if g.quiet.lease > 0 {
+		rc.HeartbeatTimeout = max(rc.HeartbeatTimeout, 3*g.quiet.lease)
+		rc.ElectionTimeout = max(rc.HeartbeatTimeout, rc.ElectionTimeout)
+	}
+	if rc == g.quiet.base || g.reload(r, rc) {
+		g.quiet.leading.Store(true)
+	}
+}
+
+// stopLeadingQuietly ends quiet leading: every heartbeat is real and not
+// quiet again, at the normal pace. With tell (this member stops leading,
+// or closes), the followers that were quiet are told to wake with the
+// next round to their node: there will be no heartbeat to wake them.
+func (g *voteGate) stopLeadingQuietly(tell bool) {
+	g.quiet.mu.Lock()
+	g.quiet.leading.Store(false)
+	acked := g.quiet.acked
+	g.quiet.acked = nil
+	if r := g.raft.Load(); r != nil && g.quiet.under == "" {
+		g.reload(r, g.quiet.base) // lowering the timeout makes Raft heartbeat at once
+	}
+	g.quiet.mu.Unlock()
+	if !tell {
+		return
+	}
+	for _, a := range acked {
+		if p := g.mux.hb.peer(a.addr); p != nil {
+			p.wakeLater(g.group)
+		}
+	}
+}
+
+// answerLocally answers a heartbeat of a quiet leader to follower id at
+// target itself, when the follower took a quiet heartbeat of this term,
+// a round to its node succeeded within four fifths of the lease (the
+// contact Raft's lease counts), and a real heartbeat went within
+// quietRealEvery.
+func (g *voteGate) answerLocally(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
+	if !g.quiet.leading.Load() {
+		return false
+	}
+	g.quiet.mu.Lock()
+	a, ok := g.quiet.acked[id]
+	g.quiet.mu.Unlock()
+	if !ok || a.term != args.Term || time.Since(a.lastReal) >= g.mux.hb.realEvery || !g.mux.hb.fresh(string(target), g.quiet.lease*4/5) {
+		return false
+	}
+	*resp = raft.AppendEntriesResponse{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: args.ProtocolVersion, ID: []byte(id), Addr: []byte(target)},
+		Term:      args.Term,
+		Success:   true,
+	}
+	g.mux.hb.local.Add(1)
+	return true
+}
+
+// heard records a real heartbeat's outcome on a quiet leader: a follower
+// that took it quiet is acked; any other outcome forgets the follower.
+func (g *voteGate) heard(id raft.ServerID, target raft.ServerAddress, term uint64, quietAcked bool) {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if !quietAcked || !g.quiet.leading.Load() {
+		delete(g.quiet.acked, id)
+		return
+	}
+	if g.quiet.acked == nil {
+		g.quiet.acked = make(map[raft.ServerID]quietAck)
+	}
+	g.quiet.acked[id] = quietAck{term: term, addr: string(target), lastReal: time.Now()}
+}
+
+// followQuietly makes this member quiet under the leader's node at from,
+// after it took a quiet heartbeat: its heartbeat timeout is stretched.
+func (g *voteGate) followQuietly(from string) bool {
+	r := g.raft.Load()
+	if r == nil || from == "" {
+		return false
+	}
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if g.quiet.under == from {
+		return true
+	}
+	rc := g.quiet.base
+	rc.HeartbeatTimeout = max(g.mux.hb.followerTimeout, rc.HeartbeatTimeout)
+	// Raft wants the election timeout no shorter; a quiet member that
+	// campaigns wakes at the next tick and has its own back.
+	rc.ElectionTimeout = max(rc.HeartbeatTimeout, rc.ElectionTimeout)
+	if !g.reload(r, rc) {
+		return false
+	}
+	g.quiet.under = from
+	return true
+}
+
+// wake gives this member its normal timeouts back. Only a member quiet
+// under from (any, when from is empty) wakes. A follower whose leader has
+// gone then starts an election at once.
+func (g *voteGate) wake(from string) {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if g.quiet.under == "" || (from != "" && g.quiet.under != from) {
+		return
+	}
+	if r := g.raft.Load(); r != nil && g.reload(r, g.quiet.base) {
+		g.quiet.under = ""
+	}
+}
+
+// quietUnder returns the leader's node this member is quiet under.
+func (g *voteGate) quietUnder() string {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	return g.quiet.under
+}
+
+// reload sets the heartbeat and election timeouts of rc, keeping the
+// other reloadable settings as they are. The caller holds quiet.mu.
+func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
+	cur := r.ReloadableConfig()
+	cur.HeartbeatTimeout, cur.ElectionTimeout = rc.HeartbeatTimeout, rc.ElectionTimeout
+	if err := r.ReloadConfig(cur); err != nil {
+		g.mux.hb.logger.Warn("could not change a group's heartbeat timeout", "group", g.group, "error", err)
+		return false
+	}
+	return true
+}
+
+// tick decides, for one group, whether its leader goes quiet or stops,
+// and whether a quiet member wakes: it is not a follower any more, or the
+// leader's node has been silent for quietWakeAfter.
+func (g *voteGate) tick(now time.Time) {
+	r := g.raft.Load()
+	if r == nil {
+		return
+	}
+	state := r.State()
+	switch {
+	case state == raft.Leader && !g.quiet.wasLeader:
+		// A new leader's group is idle from now on, not from its last
+		// proposal under another leader.
+		g.quiet.lastActive.Store(now.UnixNano())
+	case state == raft.Leader:
+		last := g.quiet.lastActive.Load()
+		if !g.quiet.leading.Load() && now.Sub(time.Unix(0, last)) >= g.mux.hb.quietAfter {
+			g.leadQuietly(r)
+		}
+	case g.quiet.leading.Load():
+		g.stopLeadingQuietly(true)
+	}
+	g.quiet.wasLeader = state == raft.Leader
+	under := g.quietUnder()
+	if under == "" {
+		return
+	}
+	if state != raft.Follower || !g.mux.hb.heardFrom(under, now) {
+		g.wake(under)
+	}
+}

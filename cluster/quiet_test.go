@@ -1,0 +1,125 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// quietNodes are three nodes whose groups go quiet after idle, and whose
+// quiet followers give a dead leader followerTimeout.
+func quietNodes(t *testing.T, idle, followerTimeout time.Duration) []*testNode {
+	nodes := newTestNodes(t, 3)
+	for _, n := range nodes {
+		n.mux.hb.quietAfter = idle
+		n.mux.hb.followerTimeout = followerTimeout
+	}
+	return nodes
+}
+
+// waitQuiet waits until every group leads quietly and each of its
+// followers follows quietly.
+func waitQuiet(t *testing.T, nodes []*testNode, groups int) {
+	t.Helper()
+	eventually(t, 30*time.Second, "every group quiet", func() bool {
+		s := heartbeatTotals(nodes)
+		return s.QuietLeaders == groups && s.QuietFollowers == 2*groups
+	})
+}
+
+// Quiet groups keep their leaders on the few heartbeats that still leave:
+// the leaders answer most of their own, the followers' timeouts are
+// stretched, and nobody campaigns.
+func TestQuietGroupsStayLed(t *testing.T) {
+	nodes := quietNodes(t, 500*time.Millisecond, 10*time.Second)
+	const groups = 8
+	gs := startGroups(t, nodes, groups)
+	waitQuiet(t, nodes, groups)
+	before := termsOf(gs)
+	start := heartbeatTotals(nodes)
+	// Many times a follower's normal timeout (500 ms): each follower's
+	// heartbeats answered locally forty times on average.
+	eventually(t, 60*time.Second, "forty local answers per follower", func() bool {
+		return heartbeatTotals(nodes).AnsweredLocally-start.AnsweredLocally >= groups*2*40
+	})
+	end := heartbeatTotals(nodes)
+	if after := termsOf(gs); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("terms or leaders changed while quiet:\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
+	}
+	local, real := end.AnsweredLocally-start.AnsweredLocally, end.Sent-start.Sent
+	if real*4 > local {
+		t.Errorf("%d heartbeats sent and %d answered locally: want most answered locally", real, local)
+	}
+	if end.QuietLeaders != groups || end.QuietFollowers != 2*groups {
+		t.Errorf("%d quiet leaders and %d quiet followers, want %d and %d", end.QuietLeaders, end.QuietFollowers, groups, 2*groups)
+	}
+}
+
+// A proposal wakes a quiet group: it commits, and every member applies it.
+func TestQuietGroupCommits(t *testing.T) {
+	nodes := quietNodes(t, 500*time.Millisecond, 10*time.Second)
+	gs := startGroups(t, nodes, 2)
+	waitQuiet(t, nodes, 2)
+	for _, g := range gs {
+		applyAll(t, g, "woken")
+		waitEntries(t, g, []string{"woken"})
+	}
+}
+
+// When a quiet leader's node goes silent, its followers elect a new
+// leader long before their stretched timeout: their node saw the leader's
+// node go, and gave them their normal timeout back.
+func TestQuietFollowersElectWhenLeaderNodeGoes(t *testing.T) {
+	nodes := quietNodes(t, 500*time.Millisecond, 5*time.Minute)
+	const groups = 4
+	gs := startGroups(t, nodes, groups)
+	waitQuiet(t, nodes, groups)
+	// The node leading the first group goes: its listener and every
+	// connection close at once; its groups run on, cut off.
+	dead := waitLeader(t, gs[0]).node
+	terms := map[string]uint64{}
+	for _, g := range gs {
+		terms[g[0].ID()] = g[0].Term()
+	}
+	if err := dead.mux.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gs {
+		var alive []*testGroup
+		for _, m := range g {
+			if m.node != dead {
+				alive = append(alive, m)
+			}
+		}
+		led := waitLeader(t, alive)
+		if led.node == dead {
+			t.Fatalf("%s: still led from the dead node", led.ID())
+		}
+	}
+	// The first group's leader was on the dead node: its followers elected.
+	if g := gs[0][0]; g.node != dead && g.Term() == terms[g.ID()] {
+		t.Errorf("%s: no election after its leader's node went", g.ID())
+	}
+}
+
+// Reading a quiet group's configuration, as the broker does every few
+// seconds for every partition, leaves it quiet; a proposal wakes it.
+func TestQuietGroupStaysQuietWhenRead(t *testing.T) {
+	nodes := quietNodes(t, time.Second, 10*time.Second)
+	gs := startGroups(t, nodes, 1)
+	waitQuiet(t, nodes, 1)
+	leader := waitLeader(t, gs[0])
+	for range 20 {
+		if _, err := leader.Servers(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// Waking is synchronous; going quiet again takes a second idle.
+		if !leader.gate.quiet.leading.Load() {
+			t.Fatal("reading the configuration woke the group")
+		}
+	}
+	applyAll(t, gs[0], "wake")
+	if leader.gate.quiet.leading.Load() {
+		t.Fatal("a proposal left the group quiet")
+	}
+}
