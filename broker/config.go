@@ -112,7 +112,7 @@ type RaftTimings struct {
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 	// CommitTimeout: how often an idle leader tells followers the commit
-	// index. Default: 50 ms for the metadata group, 1 s for partitions
+	// index. Default: 50 ms for the metadata group, 500 ms for partitions
 	// (partitionCommitTimeout).
 	CommitTimeout time.Duration
 }

@@ -267,11 +267,7 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	cfg.Logger = n.logger
 	if t := n.cfg.Raft; t.HeartbeatTimeout > 0 {
 		cfg.HeartbeatTimeout = t.HeartbeatTimeout
-		// The lease as long as the heartbeat timeout (Raft's limit): a
-		// leader cut off from a majority steps down within it, and a
-		// quiet leader's slower heartbeats (cluster/DESIGN.md) stay well
-		// inside it.
-		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout
+		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout / 2
 	}
 	if t := n.cfg.Raft; t.ElectionTimeout > 0 {
 		cfg.ElectionTimeout = t.ElectionTimeout
@@ -358,7 +354,7 @@ func (n *Node) reconcileLoop() {
 // later; acknowledgements never wait for it (they need a majority's log,
 // not its state machine), and a new leader applies every committed entry
 // before anything it proposes.
-const partitionCommitTimeout = time.Second
+const partitionCommitTimeout = 500 * time.Millisecond
 
 // reconcileEvery is how often the node reconciles its partitions without
 // being asked.

@@ -69,7 +69,6 @@ func TestHeartbeatsTravelTogether(t *testing.T) {
 		// A few groups heartbeat a node a few dozen times a second: a
 		// longer window than a node's makes each frame carry several.
 		n.mux.hb.window = 100 * time.Millisecond
-		n.mux.hb.quietAfter = time.Hour // every heartbeat real (quiet_test.go)
 	}
 	const groups, followers, each = 8, 2, 40
 	gs := startGroups(t, nodes, groups)

@@ -10,8 +10,12 @@ import (
 )
 
 // idleAppendEvery is how often an idle leader still sends a follower an
-// append that tells it nothing new (see pipeline.AppendEntries).
-const idleAppendEvery = 30 * time.Second
+// append that tells it nothing new (see pipeline.AppendEntries). It is
+// also how soon the leader finds that a follower restarted behind it:
+// the append fails on the connection of the follower's old process, and
+// Raft replicates what the follower misses on a new one. With 30 s a
+// restarted follower of an idle partition stayed behind for up to 30 s.
+const idleAppendEvery = time.Second
 
 // errPipelineBroken fails a pipelined AppendEntries sent after the
 // follower refused an earlier one: the leader falls back to one request at
