@@ -26,9 +26,9 @@ import (
 //
 // Quiet groups are built and tested (quiet_test.go) but off in this
 // version: a node's groups go quiet only when its heartbeats' quietAfter
-// is set, which only tests do. With them on, one run of the
-// process-level tests failed to repair a partition after two nodes were
-// killed (TestClusterReplacesDeadNodes), a failure not understood yet.
+// is set, which only tests do. With them on, the process-level tests
+// failed in TestClusterReplacesDeadNodes and in TestRegions (a
+// hand-over to the leader region), failures not understood yet.
 // The measured setting was 2 s of idleness.
 const (
 	quietRealEvery       = 2 * time.Second
