@@ -183,7 +183,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		layer:           layer,
 		logger:          m.logger.With("component", "raft-heartbeats"),
 		window:          heartbeatWindow,
-		quietAfter:      0, // quiet groups off (quiet.go)
+		quietAfter:      quietAfter,
 		realEvery:       quietRealEvery,
 		followerTimeout: quietFollowerTimeout,
 		done:            make(chan struct{}),

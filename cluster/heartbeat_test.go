@@ -69,6 +69,8 @@ func TestHeartbeatsTravelTogether(t *testing.T) {
 		// A few groups heartbeat a node a few dozen times a second: a
 		// longer window than a node's makes each frame carry several.
 		n.mux.hb.window = 100 * time.Millisecond
+		// Awake groups: quiet ones send few heartbeats (quiet_test.go).
+		n.mux.hb.quietAfter = 0
 	}
 	const groups, followers, each = 8, 2, 40
 	gs := startGroups(t, nodes, groups)
