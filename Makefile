@@ -8,6 +8,10 @@ BENCHTIME ?= 1s
 FUZZTIME  ?= 30s
 # Size of the large log the storage read, open and snapshot benchmarks build.
 BENCH_LOG_BYTES ?= 1073741824
+# The many-partitions benchmark: partitions of its 3-node cluster, and how
+# long it stands idle while CPU, elections and memory are measured.
+PARTITIONS ?= 1000
+IDLE       ?= 10m
 # The chaos suite: how long faults run, the plan's seed (0: random, printed),
 # where run directories (history, plan, node logs, summary) go.
 CHAOS_TIME ?= 20m
@@ -19,7 +23,7 @@ CHAOS_NETNS ?= true
 # Disk-full faults (lazyfs mounts that act as full); false leaves them out.
 CHAOS_DISKFULL ?= true
 
-.PHONY: help build test lint bench bench-wan fuzz chaos chaos-short run clean
+.PHONY: help build test lint bench bench-partitions bench-wan fuzz chaos chaos-short run clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -35,8 +39,10 @@ lint: ## gofmt, go vet and staticcheck (pinned in go.mod)
 	if [ -n "$$files" ]; then echo "gofmt would change:"; echo "$$files"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags chaos ./tests/chaos
+	$(GO) vet -tags partitions ./tests
 	$(GO) tool staticcheck ./...
 	$(GO) tool staticcheck -tags chaos ./tests/chaos
+	$(GO) tool staticcheck -tags partitions ./tests
 
 bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
 	FABRIQ_BENCH_LOG_BYTES=$(BENCH_LOG_BYTES) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
@@ -44,6 +50,10 @@ bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
 bench-wan: ## produce latency and failover between regions 40 ms apart (root, iproute2, /dev/net/tun)
 	$(GO) test -run '^$$' -bench '^BenchmarkWANProduce$$' -benchtime 200x -timeout 30m -v ./tests/wan
 	$(GO) test -run '^$$' -bench '^BenchmarkWANFailover$$' -benchtime 10x -timeout 30m -v ./tests/wan
+
+bench-partitions: ## 1,000 partitions on 3 nodes: idle CPU, memory, elections, start and stop (PARTITIONS, IDLE)
+	$(GO) test -tags partitions -run '^$$' -bench '^BenchmarkManyPartitions$$' -benchtime 1x -timeout 90m -v ./tests \
+		-args -partitions.total $(PARTITIONS) -partitions.idle $(IDLE)
 
 chaos: ## the chaos suite on 5 fabriqd processes for CHAOS_TIME (CHAOS_SEED replays a plan)
 	@mkdir -p $(CHAOS_OUT)

@@ -1,0 +1,376 @@
+//go:build partitions
+
+package tests
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/client"
+)
+
+// The many-partitions benchmark's settings (make bench-partitions).
+var (
+	partitionsTotal = flag.Int("partitions.total", 1000, "partitions of the cluster, busy ones included (each on 3 replicas of 3 nodes)")
+	partitionsIdle  = flag.Duration("partitions.idle", 2*time.Minute, "how long the cluster stands idle while CPU, elections and memory are measured")
+	partitionsSends = flag.Int("partitions.messages", 100000, "messages of 1 KiB each throughput run sends to the busy stream")
+	partitionsKills = flag.Int("partitions.kills", 3, "leader kills in each failover run")
+)
+
+const (
+	busyPartitions = 10
+	// idleBeforeKill is how long the cluster stands idle before each kill:
+	// longer than a group takes to go quiet (cluster's quietAfter, 2 s).
+	idleBeforeKill = 10 * time.Second
+)
+
+// BenchmarkManyPartitions builds a 3-node cluster of -partitions.total
+// partitions on 3 replicas (every node holds a replica of each) and reports
+// the figures of BENCHMARKS.md, "Many idle partitions": stream create
+// time, idle CPU, elections and memory, 10 busy partitions' throughput and
+// failover alone and among the idle ones, the first send to an idle
+// partition whose leader's node was killed, SIGTERM to exit with the
+// leaderships handed over, and a restart of every node until every
+// partition is led again. It runs once, whatever b.N: run it with
+// -benchtime 1x.
+func BenchmarkManyPartitions(b *testing.B) {
+	if *partitionsTotal < 2*busyPartitions {
+		b.Fatalf("-partitions.total %d: want at least %d", *partitionsTotal, 2*busyPartitions)
+	}
+	nodes := startCluster(b, 3)
+	ctx := b.Context()
+	url := "fabriq://" + nodes[0].addr + "," + nodes[1].addr + "," + nodes[2].addr
+	c, err := client.New(client.Options{URL: url, OperationTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	report := func(name string, v float64, unit string) {
+		b.ReportMetric(v, unit)
+		b.Logf("%-48s %10.2f %s", name, v, unit)
+	}
+
+	// The metadata only: what a replica adds is measured against it.
+	emptyRSS := make([]int64, len(nodes))
+	for i, n := range nodes {
+		emptyRSS[i] = rssOf(b, n.cmd.Process.Pid)
+	}
+
+	// Ten busy partitions alone.
+	const busy = "persistent://bench/many/busy"
+	if err := createStream(ctx, c, busy, busyPartitions, 3); err != nil {
+		b.Fatal(err)
+	}
+	want := busyPartitions
+	waitAllLed(ctx, b, c, want)
+	aloneRate := busyThroughput(ctx, b, c, busy)
+	aloneFailover, _ := failovers(ctx, b, c, nodes, busy, "", want)
+
+	// The idle partitions, in streams of 100 (the last one smaller).
+	var creates []time.Duration
+	var idleStreams []string
+	for left, i := *partitionsTotal-busyPartitions, 0; left > 0; i++ {
+		n := min(100, left)
+		left -= n
+		s := fmt.Sprintf("persistent://bench/many/idle-%03d", i)
+		start := time.Now()
+		if err := createStream(ctx, c, s, n, 3); err != nil {
+			b.Fatalf("create %s (%d partitions): %v", s, n, err)
+		}
+		if n == 100 {
+			creates = append(creates, time.Since(start))
+		}
+		idleStreams = append(idleStreams, s)
+		want += n
+		b.Logf("created %s: %d partitions in %v", s, n, time.Since(start).Round(time.Millisecond))
+	}
+	waitAllLed(ctx, b, c, want)
+
+	// Idle: CPU, elections (terms that moved), memory.
+	terms := termsOf(ctx, b, c)
+	cpu := make([]time.Duration, len(nodes))
+	for i, n := range nodes {
+		cpu[i] = cpuOf(b, n.cmd.Process.Pid)
+	}
+	start := time.Now()
+	select {
+	case <-time.After(*partitionsIdle):
+	case <-ctx.Done():
+		b.Fatal(ctx.Err())
+	}
+	window := time.Since(start)
+	elections := uint64(0)
+	for p, t := range termsOf(ctx, b, c) {
+		if t > terms[p] {
+			elections += t - terms[p]
+		}
+	}
+	var maxCPU, maxRSS float64
+	for i, n := range nodes {
+		share := float64(cpuOf(b, n.cmd.Process.Pid)-cpu[i]) / float64(window) * 100
+		perReplica := float64(rssOf(b, n.cmd.Process.Pid)-emptyRSS[i]) / float64(want) / (1 << 20)
+		b.Logf("node %s idle: %.1f %% of a core, %.2f MiB per replica", n.id, share, perReplica)
+		maxCPU, maxRSS = max(maxCPU, share), max(maxRSS, perReplica)
+	}
+	report("idle CPU per node, the busiest", maxCPU, "%core")
+	report(fmt.Sprintf("elections while idle for %v", window.Round(time.Second)), float64(elections), "elections")
+	report("RSS per idle replica, the largest", maxRSS, "MiB/replica")
+	slices.Sort(creates)
+	if len(creates) > 0 {
+		report("stream create of 100 partitions, median", ms(creates[len(creates)/2]), "create-ms")
+		report("stream create of 100 partitions, max", ms(creates[len(creates)-1]), "create-max-ms")
+	}
+
+	// Ten busy partitions among the idle ones.
+	amongRate := busyThroughput(ctx, b, c, busy)
+	amongFailover, idleFirst := failovers(ctx, b, c, nodes, busy, idleStreams[0], want)
+	report("busy throughput alone", aloneRate, "alone-msgs/s")
+	report("busy throughput among the idle", amongRate, "among-msgs/s")
+	report("busy failover alone, median kill to ack", ms(median(aloneFailover)), "alone-failover-ms")
+	report("busy failover among the idle, median", ms(median(amongFailover)), "among-failover-ms")
+	report("idle partition's first send, median kill to ack", ms(median(idleFirst)), "idle-first-send-ms")
+	report("idle partition's first send, max", ms(slices.Max(idleFirst)), "idle-first-send-max-ms")
+
+	// SIGTERM: one node goes, its leaderships handed over.
+	victim := nodes[0]
+	start = time.Now()
+	if err := victim.stop(); err != nil {
+		b.Fatal(err)
+	}
+	exited := time.Since(start)
+	rest := client.Options{URL: "fabriq://" + nodes[1].addr + "," + nodes[2].addr, OperationTimeout: time.Minute}
+	rc, err := client.New(rest)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	waitLedWithout(ctx, b, rc, want, victim.id)
+	report("SIGTERM to exit", ms(exited), "sigterm-exit-ms")
+	report("SIGTERM to every partition led by the others", ms(time.Since(start)), "sigterm-led-ms")
+	victim.restart(b)
+	waitAllLed(ctx, b, c, want)
+
+	// Every node restarted on its data.
+	var wg sync.WaitGroup
+	errs := make([]error, len(nodes))
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = n.stop() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	start = time.Now()
+	for _, n := range nodes {
+		n.node = launch(b, n.id, n.dir, n.args...)
+	}
+	for _, n := range nodes {
+		n.waitReady()
+	}
+	ready := time.Since(start)
+	waitAllLed(ctx, b, c, want)
+	report("restart of every node to every node ready", ms(ready), "restart-ready-ms")
+	report("restart of every node to every partition led", ms(time.Since(start)), "restart-led-ms")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// busyThroughput sends -partitions.messages messages of 1 KiB to stream,
+// at most 1,000 in flight per partition, and returns the acknowledged
+// messages a second.
+func busyThroughput(ctx context.Context, b *testing.B, c *client.Client, stream string) float64 {
+	b.Helper()
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, MaxPendingMessages: 1000, SendTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	payload := make([]byte, 1024)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	start := time.Now()
+	wg.Add(*partitionsSends)
+	for i := range *partitionsSends {
+		msg := &client.ProducerMessage{Key: strconv.Itoa(i), Payload: payload}
+		p.SendAsync(ctx, msg, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
+			if err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	return float64(*partitionsSends) / time.Since(start).Seconds()
+}
+
+// failovers kills, -partitions.kills times, the node that leads partition
+// 0 of busy after the cluster stood idle for idleBeforeKill, and measures
+// from the kill to the first acknowledged send to that partition and, with
+// idle set, to a partition of idle whose leader was on the same node (sent
+// at the same time). Each victim is restarted and every partition led
+// again before the next kill.
+func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy, idle string, want int) (toBusy, toIdle []time.Duration) {
+	b.Helper()
+	for range *partitionsKills {
+		select {
+		case <-time.After(idleBeforeKill):
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		leaders := map[string]string{}
+		for _, p := range st.Partitions {
+			leaders[p.Partition] = p.Leader
+		}
+		victim := byID(nodes, leaders[busy+"-partition-0"])
+		if victim == nil {
+			b.Fatalf("partition 0 of %s has no leader among the nodes: %q", busy, leaders[busy+"-partition-0"])
+		}
+		idleIndex := -1
+		for i := range 100 {
+			if idle != "" && leaders[fmt.Sprintf("%s-partition-%d", idle, i)] == victim.id {
+				idleIndex = i
+				break
+			}
+		}
+		if idle != "" && idleIndex < 0 {
+			b.Fatalf("no partition of %s led by %s", idle, victim.id)
+		}
+		send := func(stream string, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
+			defer wg.Done()
+			p, err := c.CreateProducer(ctx, client.ProducerOptions{
+				Stream: stream, SendTimeout: time.Minute,
+				MessageRouter: func(*client.ProducerMessage, int) int { return index },
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer p.Close()
+			if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after the kill")}); err != nil {
+				b.Error(err)
+				return
+			}
+			*out = append(*out, time.Since(killed))
+		}
+		victim.kill()
+		killed := time.Now()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go send(busy, 0, &toBusy, killed, &wg)
+		if idle != "" {
+			wg.Add(1)
+			go send(idle, idleIndex, &toIdle, killed, &wg)
+		}
+		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		victim.restart(b)
+		waitAllLed(ctx, b, c, want)
+	}
+	return toBusy, toIdle
+}
+
+// waitAllLed waits until the cluster reports want partitions, each with a
+// leader.
+func waitAllLed(ctx context.Context, b *testing.B, c *client.Client, want int) {
+	b.Helper()
+	waitLedWithout(ctx, b, c, want, "")
+}
+
+// waitLedWithout waits until the cluster reports want partitions, each
+// with a leader other than node gone.
+func waitLedWithout(ctx context.Context, b *testing.B, c *client.Client, want int, gone string) {
+	b.Helper()
+	eventually(ctx, b, fmt.Sprintf("%d partitions led", want), func() bool {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			return false
+		}
+		led := 0
+		for _, p := range st.Partitions {
+			if p.Leader != "" && p.Leader != gone {
+				led++
+			}
+		}
+		return led == want
+	})
+}
+
+// termsOf returns each partition's Raft term as the cluster reports it.
+func termsOf(ctx context.Context, b *testing.B, c *client.Client) map[string]uint64 {
+	b.Helper()
+	st, err := c.ClusterStatus(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make(map[string]uint64, len(st.Partitions))
+	for _, p := range st.Partitions {
+		out[p.Partition] = p.Term
+	}
+	return out
+}
+
+// cpuOf returns the CPU time process pid has used (user and system).
+func cpuOf(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which ends with the last ')':
+	// utime and stime are the 14th and 15th of the line, in clock ticks
+	// (USER_HZ, 100 a second on Linux).
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// rssOf returns process pid's resident set size in bytes.
+func rssOf(b *testing.B, pid int) int64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatalf("no VmRSS for process %d", pid)
+	return 0
+}
