@@ -28,6 +28,7 @@ var (
 	runNetns = flag.Bool("chaos.netns", true, "run nodes in network namespaces (root, iproute2) to inject partitions and netem; loopback otherwise")
 	runDisks = flag.Bool("chaos.lazyfs", true, "put the nodes' data on lazyfs mounts (root, /dev/fuse) to inject power loss")
 	runFull  = flag.Bool("chaos.diskfull", true, "with lazyfs, inject disk-full faults (one node, a majority)")
+	runIdle  = flag.Int("chaos.idle", 300, "partitions of a mostly idle stream beside the busy ones (0: none)")
 )
 
 var bin string
@@ -79,7 +80,8 @@ type summary struct {
 // TestChaos runs five workloads — a shared queue, a key_shared keyed
 // stream and a failover ordered log, each over 2 partitions, an exclusive
 // log over one, and a shared stream of asynchronous batched producers,
-// all with 3 replicas — on a 5-node cluster while
+// all with 3 replicas — and a sixth over hundreds of mostly idle
+// partitions (-chaos.idle) on a 5-node cluster while
 // a seeded plan kills, pauses, partitions and restarts nodes, cuts one off
 // from the clients, damages a stopped node's log segments, Raft log store
 // or Raft snapshots, and moves replicas; then heals, drains, checks the
@@ -187,6 +189,14 @@ func TestChaos(t *testing.T) {
 	bulk := Workload{Name: "b", Stream: "persistent://chaos/jepsen/bulk", Partitions: 2, Mode: client.Shared,
 		Producers: 2, Consumers: 4, Interval: 10 * time.Millisecond, Burst: 8, FirstProcess: 400}
 	workloads := []Workload{queue, keys, ordered, exclusive, bulk}
+	// Hundreds of mostly idle partitions beside the busy ones: one send a
+	// second over all of them (keys spread them), so that each partition gets
+	// a message every few minutes, after its group has gone quiet, often
+	// one whose leader's node a fault took away meanwhile.
+	if *runIdle > 0 {
+		workloads = append(workloads, Workload{Name: "i", Stream: "persistent://chaos/jepsen/idle", Partitions: *runIdle, Mode: client.Shared,
+			Keys: 10 * *runIdle, Producers: 1, Consumers: 1, Interval: time.Second, FirstProcess: 500})
+	}
 	for _, w := range workloads {
 		if err := w.Create(ctx, url); err != nil {
 			t.Fatal(err)
