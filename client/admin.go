@@ -81,7 +81,11 @@ func WithLeaderRegion(region string) StreamOption {
 }
 
 // CreateStream creates a stream with partitions partitions, each
-// replicated on replicas nodes; zero takes the fabric's default.
+// replicated on replicas nodes; zero takes the fabric's default. It
+// returns once every partition has a leader. A create the client retried
+// (a lost connection, a node that gave up waiting for leaders) and found
+// done, with the partitions, replicas and regions asked, succeeds: only
+// a stream that was there before, or made otherwise, is StreamExists.
 func (c *Client) CreateStream(ctx context.Context, stream string, partitions, replicas int, opts ...StreamOption) error {
 	st, err := geofabric.ParseStream(stream)
 	if err != nil {
@@ -91,10 +95,22 @@ func (c *Client) CreateStream(ctx context.Context, stream string, partitions, re
 	for _, opt := range opts {
 		opt(&o)
 	}
+	attempts := 0
 	_, err = c.admin(ctx, func(id uint64) transport.Command {
+		attempts++
 		return &transport.CreateStream{RequestID: id, Stream: st.String(), Partitions: int32(partitions), Replicas: int32(replicas),
 			Retention: o.Retention, Local: o.Local, LeaderRegion: o.LeaderRegion}
 	})
+	if attempts > 1 && transport.CodeOf(err) == transport.CodeStreamExists {
+		// An earlier attempt may have created the stream before its
+		// answer was lost (the connection dropped, or the node gave up
+		// waiting for the new partitions' leaders): the stream found is
+		// this call's own when it is the one asked for.
+		if info, derr := c.DescribeStream(ctx, stream); derr == nil && len(info.Partitions) == partitions &&
+			(replicas == 0 || int(info.Replicas) == replicas) && info.Local == o.Local && info.LeaderRegion == o.LeaderRegion {
+			return nil
+		}
+	}
 	return err
 }
 
