@@ -267,7 +267,14 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	cfg.Logger = n.logger
 	if t := n.cfg.Raft; t.HeartbeatTimeout > 0 {
 		cfg.HeartbeatTimeout = t.HeartbeatTimeout
-		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout / 2
+		// The lease as long as the heartbeat timeout (Raft's limit), not
+		// half: with a thousand groups per node, a node held up for a
+		// quarter of a second (two cores, garbage collection, a burst of
+		// creates) made every leader it had step down at once, and the
+		// elections that followed held it up again (BENCHMARKS.md, "Many
+		// idle partitions"). A leader cut off from a majority still steps
+		// down within it, before the followers' heartbeat timeout.
+		cfg.LeaderLeaseTimeout = t.HeartbeatTimeout
 	}
 	if t := n.cfg.Raft; t.ElectionTimeout > 0 {
 		cfg.ElectionTimeout = t.ElectionTimeout
@@ -354,7 +361,7 @@ func (n *Node) reconcileLoop() {
 // later; acknowledgements never wait for it (they need a majority's log,
 // not its state machine), and a new leader applies every committed entry
 // before anything it proposes.
-const partitionCommitTimeout = 500 * time.Millisecond
+const partitionCommitTimeout = time.Second
 
 // reconcileEvery is how often the node reconciles its partitions without
 // being asked.
