@@ -232,6 +232,9 @@ type Partition struct {
 	leading     bool
 	term        uint64
 	leaderSince time.Time
+	// led is told (without blocking) when this node starts to lead: the
+	// sweep sleeps while it does not.
+	led chan struct{}
 	// graceUntil (Unix nanoseconds) ends the reconnect grace of this
 	// node's current leadership: until then members that have not
 	// reconnected keep their roles (SUB-7).
@@ -266,6 +269,7 @@ func New(cfg Config) (*Partition, error) {
 		acks:         make(chan *ackReq, 1024),
 		inflight:     make(chan inflight, cfg.MaxInflight),
 		stop:         make(chan struct{}),
+		led:          make(chan struct{}, 1),
 		dispatchers:  map[string]*dispatcher{},
 		owners:       map[string]Holder{},
 		joining:      map[[2]string]int{},
@@ -325,6 +329,12 @@ func (p *Partition) leaderLoop(w *cluster.LeaderWatch) {
 			p.mu.Lock()
 			p.leading, p.term = l.IsLeader, l.Term
 			p.mu.Unlock()
+			if l.IsLeader {
+				select { // after leading is set: the sweep reads it
+				case p.led <- struct{}{}:
+				default:
+				}
+			}
 			if p.onLeadership != nil {
 				p.onLeadership(l)
 			}

@@ -336,12 +336,27 @@ func (p *Partition) sweepLoop() {
 				clear(away)
 				term, last = cur, time.Time{}
 				if !leading {
+					// Most replicas of a node follow: they sleep until
+					// this node leads instead of ticking for nothing.
+					t.Stop()
+					select {
+					case <-p.stop:
+						return
+					case <-p.led:
+					}
+					t.Reset(p.cfg.SweepInterval)
 					continue
 				}
 			}
+			all := p.fsm.AllMembers()
+			if len(all) == 0 { // an idle stream's leader: nobody to sweep
+				clear(away)
+				last = now
+				continue
+			}
 			seen := map[[2]string]time.Time{}
 			gone := map[string][]memberState{}
-			for sub, ms := range p.fsm.AllMembers() {
+			for sub, ms := range all {
 				var names map[string]bool
 				if d := p.dispatcherOf(sub); d != nil {
 					names = d.connectedNames()
