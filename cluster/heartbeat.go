@@ -80,11 +80,19 @@ type heartbeats struct {
 	// their heartbeats): a round says whom it is from.
 	self atomic.Pointer[string]
 
-	mu     sync.Mutex
-	gates  map[string]*voteGate // by group id: where received heartbeats go
-	peers  map[string]*hbPeer   // by Raft address: senders
-	seen   map[string]time.Time // by Raft address: the last round received from that node
+	mu    sync.Mutex
+	gates map[string]*voteGate // by group id: where received heartbeats go
+	peers map[string]*hbPeer   // by Raft address: senders
+	seen  map[string]time.Time // by Raft address: the last round received from that node
+	// busy counts, by Raft address, the rounds from that node being
+	// answered: a node this one owes an answer is not silent.
+	busy   map[string]int
 	closed bool
+
+	// deaf, when set (UnixNano), makes every other node silent to this
+	// one's quiet followers until then, though their rounds arrive and
+	// are answered: tests make a moment of silence with it.
+	deaf atomic.Int64
 
 	sent, frames, delivered, refused atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
@@ -160,12 +168,17 @@ type hbResult struct {
 }
 
 // hbFrame is a round's request: whom it is from (a Raft address), the
-// heartbeats, and the groups whose quiet followers on the receiving node
-// are to wake (their leader here stopped leading quietly).
+// heartbeats, the groups whose quiet followers on the receiving node are
+// to wake (their leader here stopped leading quietly), and those whose
+// followers here woke.
 type hbFrame struct {
 	From  string      `msgpack:"f"`
 	Beats []hbRequest `msgpack:"b"`
 	Wake  []string    `msgpack:"w,omitempty"`
+	// Woke are the groups whose quiet followers on the sending node woke
+	// because the receiving node was silent: their leader here is to
+	// heartbeat them for real again (quiet.go).
+	Woke []string `msgpack:"k,omitempty"`
 }
 
 // isHeartbeat reports whether an AppendEntries request is a heartbeat, as
@@ -190,6 +203,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		gates:           make(map[string]*voteGate),
 		peers:           make(map[string]*hbPeer),
 		seen:            make(map[string]time.Time),
+		busy:            make(map[string]int),
 	}
 }
 
@@ -238,12 +252,18 @@ func (h *heartbeats) fresh(addr string, within time.Duration) bool {
 }
 
 // heardFrom reports whether a round from the node at addr arrived within
-// quietWakeAfter of now, on a connection still open.
+// quietWakeAfter of now, or is being answered, on a connection still open.
+// The node waits for each round's answer before it sends the next: a round
+// this node is slow to answer (a burst of new terms, each written to disk)
+// is not the other node's silence.
 func (h *heartbeats) heardFrom(addr string, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if now.UnixNano() < h.deaf.Load() {
+		return false
+	}
 	t, ok := h.seen[addr]
-	return ok && now.Sub(t) < quietWakeAfter
+	return ok && (h.busy[addr] > 0 || now.Sub(t) < quietWakeAfter)
 }
 
 // close stops every sender and receiver, failing the heartbeats waiting,
@@ -375,6 +395,7 @@ type hbPeer struct {
 	mu    sync.Mutex
 	queue []*hbCall
 	wakes []string // groups whose quiet followers there are to wake
+	woke  []string // groups whose followers here woke, their leader there
 }
 
 // wakeLater tells the node's quiet followers of group to wake, with the
@@ -385,13 +406,22 @@ func (p *hbPeer) wakeLater(group string) {
 	p.mu.Unlock()
 }
 
-// takeWakes returns the groups to wake, and forgets them.
-func (p *hbPeer) takeWakes() []string {
+// wokeLater tells the node that group's follower here woke, with the next
+// round (a ping at the latest).
+func (p *hbPeer) wokeLater(group string) {
+	p.mu.Lock()
+	p.woke = append(p.woke, group)
+	p.mu.Unlock()
+}
+
+// takeWakes returns the groups to wake and those whose followers woke,
+// and forgets them.
+func (p *hbPeer) takeWakes() (wake, woke []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.wakes
-	p.wakes = nil
-	return w
+	wake, woke = p.wakes, p.woke
+	p.wakes, p.woke = nil, nil
+	return wake, woke
 }
 
 func (p *hbPeer) enqueue(c *hbCall) {
@@ -472,7 +502,8 @@ func (p *hbPeer) run() {
 			}
 			if err == nil {
 				h.frames.Add(1)
-				err = conn.round(calls, h.self.Load(), p.takeWakes())
+				wake, woke := p.takeWakes()
+				err = conn.round(calls, h.self.Load(), wake, woke)
 				if err != nil {
 					conn.Close()
 					conn = nil
@@ -523,9 +554,10 @@ type hbConn struct {
 }
 
 // round sends calls as one frame, from the node at self (nil: not known
-// yet), with the groups to wake, reads the answer and completes each call.
-func (c *hbConn) round(calls []*hbCall, self *string, wakes []string) error {
-	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: wakes}
+// yet), with the groups to wake and those whose followers woke, reads the
+// answer and completes each call.
+func (c *hbConn) round(calls []*hbCall, self *string, wake, woke []string) error {
+	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: wake, Woke: woke}
 	if self != nil {
 		f.From = *self
 	}
@@ -603,6 +635,7 @@ func (h *heartbeats) serve(c net.Conn) {
 		}
 	}()
 	r := bufio.NewReader(c)
+	slots := make(chan struct{}, heartbeatSlowMax)
 	for {
 		if err := c.SetReadDeadline(time.Now().Add(2 * heartbeatIdle)); err != nil {
 			return
@@ -625,6 +658,7 @@ func (h *heartbeats) serve(c net.Conn) {
 			from = f.From
 			h.mu.Lock()
 			h.seen[from] = time.Now()
+			h.busy[from]++
 			h.mu.Unlock()
 		}
 		for _, group := range f.Wake {
@@ -632,12 +666,23 @@ func (h *heartbeats) serve(c net.Conn) {
 			g := h.gates[group]
 			h.mu.Unlock()
 			if g != nil && from != "" {
-				g.wake(from)
+				g.wake(from, false)
 			}
 		}
-		results := make([]hbResult, len(f.Beats))
-		for i := range f.Beats {
-			results[i] = h.deliver(&f.Beats[i], from)
+		for _, group := range f.Woke {
+			h.mu.Lock()
+			g := h.gates[group]
+			h.mu.Unlock()
+			if g != nil && from != "" {
+				g.forgetQuietFollower(from)
+			}
+		}
+		results := h.deliverAll(f.Beats, from, slots)
+		if f.From != "" {
+			h.mu.Lock()
+			h.seen[from] = time.Now()
+			h.busy[from]--
+			h.mu.Unlock()
 		}
 		body, err := msgpack.Marshal(results)
 		if err != nil {
@@ -650,6 +695,67 @@ func (h *heartbeats) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// A round is answered within heartbeatAnswerWithin: its heartbeats are
+// handed to their groups at once, and one not taken by then is answered
+// "busy" (the leader retries it, as a failed heartbeat), while at most
+// heartbeatSlowMax deliveries of a connection are still under way. A
+// heartbeat of a newer term makes Raft write the term to disk before it
+// answers: after many elections, handed over one at a time, a round took
+// seconds, the sender's next round waited on it, and every leader of the
+// sender with a follower here lost its lease meanwhile.
+const (
+	heartbeatAnswerWithin = 100 * time.Millisecond
+	heartbeatSlowMax      = 256
+)
+
+// errHeartbeatBusy answers a heartbeat its group did not take in time.
+const errHeartbeatBusy = "busy: the group did not take the heartbeat in time"
+
+// deliverAll hands a round's heartbeats to their groups and returns their
+// answers in order, within heartbeatAnswerWithin. slots bounds the
+// deliveries of the connection under way, late ones included.
+func (h *heartbeats) deliverAll(beats []hbRequest, from string, slots chan struct{}) []hbResult {
+	results := make([]hbResult, len(beats))
+	outs := make([]chan hbResult, len(beats))
+	for i := range beats {
+		select {
+		case slots <- struct{}{}:
+		default:
+			results[i] = hbResult{Err: errHeartbeatBusy}
+			continue
+		}
+		out := make(chan hbResult, 1) // a late answer is dropped
+		outs[i] = out
+		req := beats[i]
+		h.wg.Go(func() {
+			defer func() { <-slots }()
+			out <- h.deliver(&req, from)
+		})
+	}
+	t := time.NewTimer(heartbeatAnswerWithin)
+	defer t.Stop()
+	late := false
+	for i, out := range outs {
+		if out == nil {
+			continue
+		}
+		if !late {
+			select {
+			case results[i] = <-out:
+				continue
+			case <-t.C:
+				late = true
+			}
+		}
+		select {
+		case results[i] = <-out:
+		default:
+			results[i] = hbResult{Err: errHeartbeatBusy}
+		}
+	}
+	return results
 }
 
 // deliver hands one heartbeat from the node at from to its group's Raft
@@ -699,7 +805,7 @@ func (h *heartbeats) deliver(req *hbRequest, from string) hbResult {
 			if req.Quiet {
 				res.Quiet = g.followQuietly(from)
 			} else {
-				g.wake("")
+				g.wake("", false)
 			}
 		}
 		return res

@@ -19,7 +19,10 @@ import (
 // leader's node instead: heartbeat rounds (pings when there is nothing
 // else) come every pingEvery, and a follower whose leader's node has been
 // silent for quietWakeAfter, or whose connection closed, takes its normal
-// timeout back, which starts an election at once if the leader is gone.
+// timeout back, counted from then: it campaigns if the silence lasts
+// another heartbeat timeout. Its node tells the leader's, whose leader
+// then heartbeats it for real again, so that a moment of silence (a node
+// held up) elects nobody.
 // A proposal wakes the group: the leader's heartbeats are real and not
 // quiet again, and each follower takes its normal timeout back with the
 // first one.
@@ -180,17 +183,61 @@ func (g *voteGate) followQuietly(from string) bool {
 }
 
 // wake gives this member its normal timeouts back. Only a member quiet
-// under from (any, when from is empty) wakes. A follower whose leader has
-// gone then starts an election at once.
-func (g *voteGate) wake(from string) {
+// under from (any, when from is empty) wakes. With silent (the leader's
+// node has gone silent), the follower's heartbeat timeout counts from now:
+// it campaigns if the silence lasts another heartbeat timeout, as an awake
+// follower does, rather than at once on a last contact up to
+// quietRealEvery old. A node held up for half a second otherwise had both
+// followers of each group it led campaign together, and they elected.
+func (g *voteGate) wake(from string, silent bool) {
 	g.quiet.mu.Lock()
-	defer g.quiet.mu.Unlock()
 	if g.quiet.under == "" || (from != "" && g.quiet.under != from) {
+		g.quiet.mu.Unlock()
 		return
 	}
-	if r := g.raft.Load(); r != nil && g.reload(r, g.quiet.base) {
+	r := g.raft.Load()
+	woke := r != nil && g.reload(r, g.quiet.base)
+	if woke {
 		g.quiet.under = ""
 	}
+	g.quiet.mu.Unlock()
+	if woke && silent {
+		g.contactNow(r)
+		// The leader, if it is there, heartbeats this follower for real
+		// again, well within its heartbeat timeout.
+		if p := g.mux.hb.peer(from); p != nil && from != "" {
+			p.wokeLater(g.group)
+		}
+	}
+}
+
+// forgetQuietFollower, on a quiet leader, stops answering locally for its
+// follower on the node at addr, which woke: its next heartbeats are real.
+func (g *voteGate) forgetQuietFollower(addr string) {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	for id, a := range g.quiet.acked {
+		if a.addr == addr {
+			delete(g.quiet.acked, id)
+		}
+	}
+}
+
+// contactNow has a follower's Raft take a heartbeat of its leader's, as
+// it knows them: its last contact is now. Nothing else changes: the term
+// is its own, and a member that is not a follower of a known leader is
+// left alone.
+func (g *voteGate) contactNow(r *raft.Raft) {
+	fn := g.heartbeatHandler()
+	addr, id := r.LeaderWithID()
+	if fn == nil || addr == "" || r.State() != raft.Follower {
+		return
+	}
+	ae := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)},
+		Term:      r.CurrentTerm(),
+	}
+	fn(raft.RPC{Command: ae, RespChan: make(chan raft.RPCResponse, 1)})
 }
 
 // quietUnder returns the leader's node this member is quiet under.
@@ -239,7 +286,10 @@ func (g *voteGate) tick(now time.Time) {
 	if under == "" {
 		return
 	}
-	if state != raft.Follower || !g.mux.hb.heardFrom(under, now) {
-		g.wake(under)
+	switch {
+	case state != raft.Follower:
+		g.wake(under, false)
+	case !g.mux.hb.heardFrom(under, now):
+		g.wake(under, true)
 	}
 }

@@ -123,3 +123,29 @@ func TestQuietGroupStaysQuietWhenRead(t *testing.T) {
 		t.Fatal("a proposal left the group quiet")
 	}
 }
+
+// A quiet follower whose node stops hearing its leader's node for a moment
+// wakes, yet does not campaign while its leader is there: its heartbeat
+// timeout counts from the wake, and its leader, told, heartbeats it for
+// real again. Every node goes deaf to the others for several heartbeat
+// timeouts: every follower wakes, and no group elects.
+func TestQuietFollowersRideOutAMomentOfSilence(t *testing.T) {
+	nodes := quietNodes(t, 500*time.Millisecond, 10*time.Second)
+	const groups = 4
+	gs := startGroups(t, nodes, groups)
+	waitQuiet(t, nodes, groups)
+	before := termsOf(gs)
+	until := time.Now().Add(1500 * time.Millisecond).UnixNano()
+	for _, n := range nodes {
+		n.mux.hb.deaf.Store(until)
+	}
+	eventually(t, 10*time.Second, "every quiet follower awake", func() bool {
+		return heartbeatTotals(nodes).QuietFollowers == 0
+	})
+	// Quiet again once the silence ends: each follower took a quiet
+	// heartbeat of its leader's, in its term.
+	waitQuiet(t, nodes, groups)
+	if after := termsOf(gs); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("a moment of silence made groups elect:\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
+	}
+}
