@@ -116,6 +116,17 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 	}
 	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{}), ready: make(chan string, 1)}
 	ready := n.ready
+	// FABRIQ_TEST_LOGS keeps every node's whole log in a file of that
+	// directory, ID-PID.log (the test's output has each one's tail).
+	var keep io.Writer = io.Discard
+	if dir := os.Getenv("FABRIQ_TEST_LOGS"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", id, cmd.Process.Pid)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { <-n.exited; f.Close() })
+		keep = f
+	}
 	go func() {
 		// Owned by the process: it ends when the process's stderr closes.
 		sc := bufio.NewScanner(stderr)
@@ -123,6 +134,7 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(n.logs, line)
+			fmt.Fprintln(keep, line)
 			var rec struct {
 				Msg    string `json:"msg"`
 				Client string `json:"client"`

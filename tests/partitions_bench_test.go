@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -49,7 +50,9 @@ func BenchmarkManyPartitions(b *testing.B) {
 	nodes := startCluster(b, 3)
 	ctx := b.Context()
 	url := "fabriq://" + nodes[0].addr + "," + nodes[1].addr + "," + nodes[2].addr
-	c, err := client.New(client.Options{URL: url, OperationTimeout: time.Minute})
+	// The client's retries are logged: a create that took one is slow.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := client.New(client.Options{URL: url, OperationTimeout: time.Minute, Logger: logger})
 	if err != nil {
 		b.Fatal(err)
 	}
