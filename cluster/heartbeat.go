@@ -706,7 +706,7 @@ func (h *heartbeats) serve(c net.Conn) {
 // seconds, the sender's next round waited on it, and every leader of the
 // sender with a follower here lost its lease meanwhile.
 const (
-	heartbeatAnswerWithin = 100 * time.Millisecond
+	heartbeatAnswerWithin = 300 * time.Millisecond
 	heartbeatSlowMax      = 256
 )
 

@@ -96,7 +96,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
 	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
 	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
-	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat and election timeout of every group: a leader's loss is noticed within one to two of these")
+	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat timeout of every group: a leader's loss is noticed within one to two of these (a failed election is retried after two to four times as long)")
 	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
@@ -157,7 +157,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		ReplaceDeadAfter:  o.replaceDead,
 		NoAutoCreate:      !o.autoCreate,
 		AutoCreateFabrics: o.autoFabrics,
-		Raft:              broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: o.raftHeartbeat},
+		Raft:              broker.RaftTimings{HeartbeatTimeout: o.raftHeartbeat, ElectionTimeout: electionTimeoutFor(o.raftHeartbeat)},
 		RaftSnapshots:     o.raftSnapshots,
 		Subscriptions:     o.subs,
 		Limits:            o.limits,
@@ -190,3 +190,12 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	defer cancelStop()
 	return node.Shutdown(stopCtx)
 }
+
+// electionTimeoutFor returns the election timeout of groups whose heartbeat
+// timeout is hb: how long a candidate waits for its votes before it tries
+// again, a random time between one and two of these. A node's loss starts
+// hundreds of elections at once; with candidates that gave up after
+// 0.5–1 s, elections slowed by that load failed, split and started over,
+// and a cluster of 1,000 partitions never settled.
+func electionTimeoutFor(hb time.Duration) time.Duration { return 4 * hb }
+
