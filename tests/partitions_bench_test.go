@@ -98,8 +98,14 @@ func BenchmarkManyPartitions(b *testing.B) {
 	}
 	waitAllLed(ctx, b, c, want)
 
-	// Idle: CPU, elections (terms that moved), memory.
+	// Idle: CPU, elections, memory. An election is a follower's heartbeat
+	// timeout, as its node logs it; the terms that moved count the
+	// leadership hand-overs too (the metadata leader balances leaders).
 	terms := termsOf(ctx, b, c)
+	timeouts := make([]int, len(nodes))
+	for i, n := range nodes {
+		timeouts[i] = heartbeatTimeouts(n.node)
+	}
 	cpu := make([]time.Duration, len(nodes))
 	for i, n := range nodes {
 		cpu[i] = cpuOf(b, n.cmd.Process.Pid)
@@ -111,11 +117,15 @@ func BenchmarkManyPartitions(b *testing.B) {
 		b.Fatal(ctx.Err())
 	}
 	window := time.Since(start)
-	elections := uint64(0)
+	moved := uint64(0)
 	for p, t := range termsOf(ctx, b, c) {
 		if t > terms[p] {
-			elections += t - terms[p]
+			moved += t - terms[p]
 		}
+	}
+	elections := 0
+	for i, n := range nodes {
+		elections += heartbeatTimeouts(n.node) - timeouts[i]
 	}
 	var maxCPU, maxRSS float64
 	for i, n := range nodes {
@@ -126,6 +136,7 @@ func BenchmarkManyPartitions(b *testing.B) {
 	}
 	report("idle CPU per node, the busiest", maxCPU, "%core")
 	report(fmt.Sprintf("elections while idle for %v", window.Round(time.Second)), float64(elections), "elections")
+	report("terms moved meanwhile (hand-overs included)", float64(moved), "terms")
 	report("RSS per idle replica, the largest", maxRSS, "MiB/replica")
 	slices.Sort(creates)
 	if len(creates) > 0 {
@@ -265,6 +276,8 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		}
 		send := func(stream string, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
 			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
 			p, err := c.CreateProducer(ctx, client.ProducerOptions{
 				Stream: stream, SendTimeout: time.Minute,
 				MessageRouter: func(*client.ProducerMessage, int) int { return index },
@@ -275,7 +288,7 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			}
 			defer p.Close()
 			if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after the kill")}); err != nil {
-				b.Error(err)
+				b.Errorf("first send to %s partition %d after its leader's node was killed: %v", stream, index, err)
 				return
 			}
 			*out = append(*out, time.Since(killed))
@@ -297,6 +310,12 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		waitAllLed(ctx, b, c, want)
 	}
 	return toBusy, toIdle
+}
+
+// heartbeatTimeouts counts the elections a node's Raft groups started on a
+// heartbeat timeout, from its log.
+func heartbeatTimeouts(n *node) int {
+	return strings.Count(n.logs.String(), `"msg":"heartbeat timeout reached, starting election"`)
 }
 
 // waitAllLed waits until the cluster reports want partitions, each with a
