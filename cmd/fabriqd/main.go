@@ -198,4 +198,3 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 // 0.5–1 s, elections slowed by that load failed, split and started over,
 // and a cluster of 1,000 partitions never settled.
 func electionTimeoutFor(hb time.Duration) time.Duration { return 4 * hb }
-
