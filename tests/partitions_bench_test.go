@@ -76,7 +76,7 @@ func BenchmarkManyPartitions(b *testing.B) {
 	want := busyPartitions
 	waitAllLed(ctx, b, c, want)
 	aloneRate := busyThroughput(ctx, b, c, busy)
-	aloneFailover, _ := failovers(ctx, b, c, nodes, busy, "", want)
+	aloneFailover, _ := failovers(ctx, b, c, nodes, busy, nil, want)
 
 	// The idle partitions, in streams of 100 (the last one smaller).
 	var creates []time.Duration
@@ -146,7 +146,7 @@ func BenchmarkManyPartitions(b *testing.B) {
 
 	// Ten busy partitions among the idle ones.
 	amongRate := busyThroughput(ctx, b, c, busy)
-	amongFailover, idleFirst := failovers(ctx, b, c, nodes, busy, idleStreams[0], want)
+	amongFailover, idleFirst := failovers(ctx, b, c, nodes, busy, idleStreams, want)
 	report("busy throughput alone", aloneRate, "alone-msgs/s")
 	report("busy throughput among the idle", amongRate, "among-msgs/s")
 	report("busy failover alone, median kill to ack", ms(median(aloneFailover)), "alone-failover-ms")
@@ -241,10 +241,10 @@ func busyThroughput(ctx context.Context, b *testing.B, c *client.Client, stream 
 // failovers kills, -partitions.kills times, the node that leads partition
 // 0 of busy after the cluster stood idle for idleBeforeKill, and measures
 // from the kill to the first acknowledged send to that partition and, with
-// idle set, to a partition of idle whose leader was on the same node (sent
-// at the same time). Each victim is restarted and every partition led
+// idle streams, to one of their partitions whose leader was on the same
+// node (sent at the same time). Each victim is restarted and every partition led
 // again before the next kill.
-func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy, idle string, want int) (toBusy, toIdle []time.Duration) {
+func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) (toBusy, toIdle []time.Duration) {
 	b.Helper()
 	for range *partitionsKills {
 		select {
@@ -264,15 +264,16 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		if victim == nil {
 			b.Fatalf("partition 0 of %s has no leader among the nodes: %q", busy, leaders[busy+"-partition-0"])
 		}
-		idleIndex := -1
-		for i := range 100 {
-			if idle != "" && leaders[fmt.Sprintf("%s-partition-%d", idle, i)] == victim.id {
-				idleIndex = i
-				break
+		idleStream, idleIndex := "", -1
+		for _, s := range idle {
+			for i := range 100 {
+				if idleIndex < 0 && leaders[fmt.Sprintf("%s-partition-%d", s, i)] == victim.id {
+					idleStream, idleIndex = s, i
+				}
 			}
 		}
-		if idle != "" && idleIndex < 0 {
-			b.Fatalf("no partition of %s led by %s", idle, victim.id)
+		if len(idle) > 0 && idleIndex < 0 {
+			b.Fatalf("no idle partition led by %s", victim.id)
 		}
 		send := func(stream string, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
 			defer wg.Done()
@@ -298,9 +299,9 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go send(busy, 0, &toBusy, killed, &wg)
-		if idle != "" {
+		if idleIndex >= 0 {
 			wg.Add(1)
-			go send(idle, idleIndex, &toIdle, killed, &wg)
+			go send(idleStream, idleIndex, &toIdle, killed, &wg)
 		}
 		wg.Wait()
 		if b.Failed() {
