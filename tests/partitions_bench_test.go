@@ -154,14 +154,35 @@ func BenchmarkManyPartitions(b *testing.B) {
 	report("idle partition's first send, median kill to ack", ms(median(idleFirst)), "idle-first-send-ms")
 	report("idle partition's first send, max", ms(slices.Max(idleFirst)), "idle-first-send-max-ms")
 
-	// SIGTERM: one node goes, its leaderships handed over.
+	// SIGTERM: the node that leads the most partitions goes, its
+	// leaderships handed over.
+	st, err := c.ClusterStatus(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	led := map[string]int{}
+	for _, p := range st.Partitions {
+		led[p.Leader]++
+	}
 	victim := nodes[0]
+	for _, n := range nodes {
+		if led[n.id] > led[victim.id] {
+			victim = n
+		}
+	}
+	b.Logf("SIGTERM to %s, which leads %d partitions", victim.id, led[victim.id])
 	start = time.Now()
 	if err := victim.stop(); err != nil {
 		b.Fatal(err)
 	}
 	exited := time.Since(start)
-	rest := client.Options{URL: "fabriq://" + nodes[1].addr + "," + nodes[2].addr, OperationTimeout: time.Minute}
+	var others []string
+	for _, n := range nodes {
+		if n != victim {
+			others = append(others, n.addr)
+		}
+	}
+	rest := client.Options{URL: "fabriq://" + strings.Join(others, ","), OperationTimeout: time.Minute}
 	rc, err := client.New(rest)
 	if err != nil {
 		b.Fatal(err)
