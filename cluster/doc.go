@@ -26,9 +26,9 @@
 //     each peer speaks (Membership.ProtocolOf). It also carries every
 //     group's heartbeats to each node that speaks ProtocolHeartbeats
 //     together, one frame per pair of nodes and heartbeat window, as the
-//     reserved group HeartbeatGroup (HeartbeatStats counts them). Quiet
-//     groups (an idle leader answering most of its own heartbeats, its
-//     followers watching the leader's node) are built but off
+//     reserved group HeartbeatGroup (HeartbeatStats counts them). A group
+//     idle for two seconds goes quiet: its leader answers most of its own
+//     heartbeats, its followers watch the leader's node instead
 //     (cluster/DESIGN.md, "Quiet groups").
 //   - Acceptor: an accept loop's listener that retries failed accepts (out
 //     of descriptors) with a backoff and logs once per burst of failures;
