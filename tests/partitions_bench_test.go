@@ -259,11 +259,11 @@ func busyThroughput(ctx context.Context, b *testing.B, c *client.Client, stream 
 	return float64(*partitionsSends) / time.Since(start).Seconds()
 }
 
-// failovers kills, -partitions.kills times, the node that leads partition
-// 0 of busy after the cluster stood idle for idleBeforeKill, and measures
-// from the kill to the first acknowledged send to that partition and, with
-// idle streams, to one of their partitions whose leader was on the same
-// node (sent at the same time). Each victim is restarted and every partition led
+// failovers kills, -partitions.kills times, a node that leads a partition
+// of busy (and, with idle streams, one of theirs) after the cluster stood
+// idle for idleBeforeKill, and measures from the kill to the first
+// acknowledged send to that partition and to the idle one (sent at the
+// same time). Each victim is restarted and every partition led
 // again before the next kill.
 func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) (toBusy, toIdle []time.Duration) {
 	b.Helper()
@@ -281,20 +281,29 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		for _, p := range st.Partitions {
 			leaders[p.Partition] = p.Leader
 		}
-		victim := byID(nodes, leaders[busy+"-partition-0"])
-		if victim == nil {
-			b.Fatalf("partition 0 of %s has no leader among the nodes: %q", busy, leaders[busy+"-partition-0"])
-		}
-		idleStream, idleIndex := "", -1
-		for _, s := range idle {
-			for i := range 100 {
-				if idleIndex < 0 && leaders[fmt.Sprintf("%s-partition-%d", s, i)] == victim.id {
-					idleStream, idleIndex = s, i
+		// The victim leads a busy partition and, with idle streams, an
+		// idle one too.
+		var victim *clusterNode
+		busyIndex, idleStream, idleIndex := -1, "", -1
+		for i := 0; i < busyPartitions && idleIndex < 0; i++ {
+			v := byID(nodes, leaders[fmt.Sprintf("%s-partition-%d", busy, i)])
+			if v == nil {
+				continue
+			}
+			victim, busyIndex = v, i
+			if len(idle) == 0 {
+				break
+			}
+			for _, s := range idle {
+				for j := range 100 {
+					if idleIndex < 0 && leaders[fmt.Sprintf("%s-partition-%d", s, j)] == v.id {
+						idleStream, idleIndex = s, j
+					}
 				}
 			}
 		}
-		if len(idle) > 0 && idleIndex < 0 {
-			b.Fatalf("no idle partition led by %s", victim.id)
+		if victim == nil || (len(idle) > 0 && idleIndex < 0) {
+			b.Fatalf("no node leads both a partition of %s and an idle one: %v", busy, leaders)
 		}
 		send := func(stream string, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
 			defer wg.Done()
@@ -319,7 +328,7 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		killed := time.Now()
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go send(busy, 0, &toBusy, killed, &wg)
+		go send(busy, busyIndex, &toBusy, killed, &wg)
 		if idleIndex >= 0 {
 			wg.Add(1)
 			go send(idleStream, idleIndex, &toIdle, killed, &wg)
