@@ -288,6 +288,13 @@ func (h *heartbeats) register(group string, g *voteGate) {
 	h.mu.Unlock()
 }
 
+// gate returns the gate that receives group's heartbeats here, nil if none.
+func (h *heartbeats) gate(group string) *voteGate {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gates[group]
+}
+
 // unregister forgets g, if it is still its group's receiver; a nil g,
 // whatever receives the group's heartbeats (its layer closed).
 func (h *heartbeats) unregister(group string, g *voteGate) {
@@ -662,18 +669,12 @@ func (h *heartbeats) serve(c net.Conn) {
 			h.mu.Unlock()
 		}
 		for _, group := range f.Wake {
-			h.mu.Lock()
-			g := h.gates[group]
-			h.mu.Unlock()
-			if g != nil && from != "" {
+			if g := h.gate(group); g != nil && from != "" {
 				g.wake(from, false)
 			}
 		}
 		for _, group := range f.Woke {
-			h.mu.Lock()
-			g := h.gates[group]
-			h.mu.Unlock()
-			if g != nil && from != "" {
+			if g := h.gate(group); g != nil && from != "" {
 				g.forgetQuietFollower(from)
 			}
 		}
@@ -762,9 +763,7 @@ func (h *heartbeats) deliverAll(beats []hbRequest, from string, slots chan struc
 // and returns the answer. A heartbeat Raft took makes the member follow
 // quietly when it is quiet, and wakes it when it is not.
 func (h *heartbeats) deliver(req *hbRequest, from string) hbResult {
-	h.mu.Lock()
-	g := h.gates[req.Group]
-	h.mu.Unlock()
+	g := h.gate(req.Group)
 	if g == nil {
 		h.refused.Add(1)
 		return hbResult{Err: fmt.Sprintf("unknown group %q", req.Group)}
