@@ -84,6 +84,16 @@ func (p *Partition) attach(ctx context.Context, r SubscribeRequest, c *Consumer,
 			return nil, err
 		}
 	} else {
+		// A newcomer is on its way in, not away, until it is attached —
+		// after its join has committed, too: counted away in the
+		// reconnect grace meanwhile, it would depose a failover master
+		// before it could take over (SUB-7, FO-8). A returning member
+		// keeps its role meanwhile. Either way the sweep leaves it alone
+		// until it is attached.
+		ms, _, _, _, _ := p.members(r.Subscription)
+		newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
+		p.setJoining(r.Subscription, c.name, newcomer, 1)
+		defer p.setJoining(r.Subscription, c.name, newcomer, -1)
 		again, err := p.join(ctx, r, keyMode, outOfOrder, c, probed)
 		if again {
 			return p.attach(ctx, r, c, true)
@@ -128,13 +138,6 @@ func (p *Partition) join(ctx context.Context, r SubscribeRequest, keyMode transp
 		}
 		return false, err
 	}
-	// A newcomer is on its way in, not away, until it is attached; a
-	// returning member keeps its role meanwhile (SUB-7). Either way the
-	// sweep leaves it alone until it is attached.
-	ms, _, _, _, _ := p.members(r.Subscription)
-	newcomer := !slices.ContainsFunc(ms, func(m memberState) bool { return m.Name == c.name })
-	p.setJoining(r.Subscription, c.name, newcomer, 1)
-	defer p.setJoining(r.Subscription, c.name, newcomer, -1)
 	jr, err := apply(ctx, p, fsm.Join{
 		Sub: r.Subscription, Mode: fsmMode(r.Mode), Initial: fsmInitial(r.Initial), KeyMode: fsmKeyMode(keyMode), OutOfOrder: outOfOrder,
 		Member:  fsmMember(memberState{Name: c.name, Priority: c.priority, Ranges: c.ranges}),
