@@ -51,7 +51,7 @@ type MembershipConfig struct {
 	Meta NodeMeta
 	// Join lists host:port gossip addresses of nodes that may already be in
 	// the cluster. Start tries them in the background, with backoff, until
-	// this node knows another member or closes. Empty: this node waits for
+	// one of them answers or the node closes. Empty: this node waits for
 	// others to join it.
 	Join []string
 

@@ -887,13 +887,16 @@ func (m *Membership) joinLoop(ml *memberlist.Memberlist, self string) {
 	}
 }
 
-// join tries the Join addresses, one at a time, until this node knows
-// another member (it joined one, or one joined it), backing off between
-// rounds.
+// join tries the Join addresses, one at a time, until one of them
+// answers, backing off between rounds. Being joined by another node is
+// not enough: nodes that each join the next one of a ring, started in
+// any order, would otherwise stop as soon as the node behind them
+// joined, and could settle as two clusters that never meet.
 func (m *Membership) join(ml *memberlist.Memberlist, self string) {
 	backoff := joinBackoffMin
 	for round := 1; ; round++ {
 		var errs []error
+		tried, reached := 0, false
 		for _, addr := range m.cfg.Join {
 			if addr == self {
 				continue
@@ -903,15 +906,22 @@ func (m *Membership) join(ml *memberlist.Memberlist, self string) {
 				return
 			default:
 			}
+			tried++
 			if _, err := ml.Join([]string{addr}); err != nil {
 				errs = append(errs, err)
+				continue
 			}
+			reached = true
+			break
 		}
-		if n := ml.NumMembers(); n > 1 {
-			m.logger.Info("joined the cluster", "members", n, "rounds", round)
+		if tried == 0 {
+			return // only this node's own address: nothing to join
+		}
+		if reached {
+			m.logger.Info("joined the cluster", "members", ml.NumMembers(), "rounds", round)
 			return
 		}
-		m.logger.Warn("could not join the cluster yet; retrying", "round", round, "retry_in", backoff, "error", errors.Join(errs...))
+		m.logger.Warn("could not join the cluster yet; retrying", "round", round, "members", ml.NumMembers(), "retry_in", backoff, "error", errors.Join(errs...))
 		jitter := 0.8 + 0.4*rand.Float64()
 		if !m.sleep(time.Duration(float64(backoff) * jitter)) {
 			return

@@ -346,6 +346,36 @@ func TestMembershipJoinRetries(t *testing.T) {
 	}
 }
 
+// A node that another node joined before its own Join address was up
+// still joins that address once it is: the three end in one cluster, not
+// in two that never meet.
+func TestMembershipJoinedStillJoinsItsSeed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedAddr := ln.Addr().String()
+	ln.Close()
+
+	logs := newLogRecorder()
+	a := newMember(t, "a", []string{seedAddr}, func(c *MembershipConfig) { c.Logger = slog.New(logs) })
+	c := newMember(t, "c", []string{a.Addr()}, nil)
+	for _, m := range []*Membership{a, c} {
+		waitAlive(t, m, 2, 10*time.Second)
+	}
+	// Let a finish a join round that began with c already in its view:
+	// that round ends a join that counted any other member as enough.
+	rounds := logs.count("the cluster")
+	eventually(t, 10*time.Second, "a join round of a after c joined it", func() bool {
+		return logs.count("the cluster") > rounds+1 || logs.has("joined the cluster")
+	})
+	seed := newMember(t, "seed", nil, func(cfg *MembershipConfig) { cfg.BindAddr = seedAddr })
+	for _, m := range []*Membership{a, c, seed} {
+		waitAlive(t, m, 3, 20*time.Second)
+	}
+}
+
 func TestMembershipFailureDetection(t *testing.T) {
 	t.Parallel()
 	ms := startCluster(t, 3, nil)
@@ -502,6 +532,19 @@ func (r *logRecorder) has(sub string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.ContainsFunc(r.msgs, func(m string) bool { return strings.Contains(m, sub) })
+}
+
+// count returns how many lines contain sub.
+func (r *logRecorder) count(sub string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.msgs {
+		if strings.Contains(m, sub) {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *logRecorder) wait(t *testing.T, d time.Duration, sub string) {
