@@ -4,7 +4,10 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -264,9 +267,12 @@ func (s *Service) noteOnce(key string, on bool, msg string, args ...any) {
 }
 
 // balanceLoop evens out partition leaders: every BalanceInterval, a node
-// that leads more than its share hands one leadership to a replica that
-// leads less (BalanceLeaders). One move per round per node keeps the
-// cluster calm.
+// that leads more than its share hands leaderships to replicas that lead
+// less (BalanceLeaders), up to balanceMovesPerRound of them,
+// balanceMovesAtOnce at a time. A node that led a thousand partitions
+// after its peers restarted needed 45 minutes to shed them one a round;
+// a bounded batch evens them out in under a minute and keeps the
+// elections it costs (one per move, planned) few at any moment.
 func (s *Service) balanceLoop() {
 	tick := time.NewTicker(s.cfg.BalanceInterval)
 	defer tick.Stop()
@@ -308,25 +314,35 @@ func (s *Service) balance() {
 			}
 		}
 	}
-	move, ok := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, preferred, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID))
-	if !ok {
-		return
-	}
-	info, known := s.catalog.Node(move.To)
-	if !known {
-		return
-	}
-	to := move.To
-	for _, id := range members[move.Partition] {
-		if NodeOf(id) == move.To {
-			to = id
+	moves := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, preferred, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID), balanceMovesPerRound)
+	var g errgroup.Group
+	g.SetLimit(balanceMovesAtOnce)
+	var done atomic.Int64
+	for _, move := range moves {
+		info, known := s.catalog.Node(move.To)
+		if !known {
+			continue
 		}
+		to := move.To
+		for _, id := range members[move.Partition] {
+			if NodeOf(id) == move.To {
+				to = id
+			}
+		}
+		g.Go(func() error {
+			ctx, cancel := context.WithTimeout(s.ctx, transferTimeout)
+			defer cancel()
+			if err := s.cfg.Host.TransferLeadership(ctx, move.Partition, to, info.RaftAddr); err != nil {
+				s.logger.Debug("leader balancing transfer failed", "partition", move.Partition, "to", move.To, "err", err)
+			} else {
+				s.logger.Debug("leadership handed over", "partition", move.Partition, "to", move.To)
+				done.Add(1)
+			}
+			return nil
+		})
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, transferTimeout)
-	defer cancel()
-	if err := s.cfg.Host.TransferLeadership(ctx, move.Partition, to, info.RaftAddr); err != nil {
-		s.logger.Debug("leader balancing transfer failed", "partition", move.Partition, "to", move.To, "err", err)
-	} else {
-		s.logger.Info("leadership handed over to even out leaders or to the leader region", "partition", move.Partition, "to", move.To)
+	g.Wait()
+	if n := done.Load(); n > 0 {
+		s.logger.Info("leaderships handed over to even out leaders or to their leader region", "moved", n, "planned", len(moves))
 	}
 }

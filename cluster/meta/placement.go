@@ -115,18 +115,19 @@ type LeaderMove struct {
 	To        string // a node id
 }
 
-// BalanceLeaders picks at most one partition that self leads and should
-// hand over. First, a partition led away from its leader region: to the
-// live replica there that leads the fewest. Then, when self leads more
-// than its share (the partitions divided by the live nodes, rounded up),
-// to the replica that leads the fewest, if that one is below its share
-// and, for a partition with a leader region, is there. leaders maps
-// partition to leading node; replicas maps partition to its replicas'
-// nodes; preferred maps a partition with a leader region to its
-// replicas' nodes there; live lists the live nodes.
-func BalanceLeaders(self string, leaders map[string]string, replicas, preferred map[string][]string, live []string) (LeaderMove, bool) {
+// BalanceLeaders picks up to limit partitions that self leads and should
+// hand over, each move counted before the next is picked. First,
+// partitions led away from their leader region: each to the live replica
+// there that leads the fewest. Then, while self leads more than its share
+// (the partitions divided by the live nodes, rounded up), to the replica
+// that leads the fewest, if that one is below its share and, for a
+// partition with a leader region, is there. leaders maps partition to
+// leading node; replicas maps partition to its replicas' nodes; preferred
+// maps a partition with a leader region to its replicas' nodes there;
+// live lists the live nodes.
+func BalanceLeaders(self string, leaders map[string]string, replicas, preferred map[string][]string, live []string, limit int) []LeaderMove {
 	if len(live) == 0 {
-		return LeaderMove{}, false
+		return nil
 	}
 	count := map[string]int{}
 	for _, l := range leaders {
@@ -151,25 +152,39 @@ func BalanceLeaders(self string, leaders map[string]string, replicas, preferred 
 		}
 		return to
 	}
+	var moves []LeaderMove
+	moved := map[string]bool{}
+	move := func(p, to string) {
+		moves = append(moves, LeaderMove{Partition: p, To: to})
+		moved[p] = true
+		count[self]--
+		count[to]++
+	}
 	for _, p := range parts {
+		if len(moves) == limit {
+			return moves
+		}
 		if pref := preferred[p]; len(pref) > 0 && !slices.Contains(pref, self) {
 			if to := fewest(p, func(r string) bool { return slices.Contains(pref, r) }); to != "" {
-				return LeaderMove{Partition: p, To: to}, true
+				move(p, to)
 			}
 		}
 	}
 	share := (len(leaders) + len(live) - 1) / len(live)
-	if count[self] <= share {
-		return LeaderMove{}, false
-	}
 	for _, p := range parts {
+		if len(moves) == limit || count[self] <= share {
+			break
+		}
+		if moved[p] {
+			continue
+		}
 		pref := preferred[p]
 		to := fewest(p, func(r string) bool {
 			return count[r] < share && (len(pref) == 0 || slices.Contains(pref, r))
 		})
 		if to != "" {
-			return LeaderMove{Partition: p, To: to}, true
+			move(p, to)
 		}
 	}
-	return LeaderMove{}, false
+	return moves
 }

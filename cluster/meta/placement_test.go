@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -63,31 +64,67 @@ func TestPlacementSpreadsRegions(t *testing.T) {
 func TestBalanceLeaders(t *testing.T) {
 	replicas := map[string][]string{"p0": {"a", "b", "c"}, "p1": {"a", "b", "c"}, "p2": {"a", "b", "c"}}
 	live := []string{"a", "b", "c"}
+	one := func(p, to string) []LeaderMove { return []LeaderMove{{Partition: p, To: to}} }
 	for _, tc := range []struct {
 		name      string
 		leaders   map[string]string
 		preferred map[string][]string
 		live      []string
-		want      LeaderMove
-		ok        bool
+		want      []LeaderMove
 	}{
-		{"a leads all: one goes to the replica leading fewest", map[string]string{"p0": "a", "p1": "a", "p2": "a"}, nil, live, LeaderMove{Partition: "p0", To: "b"}, true},
-		{"balanced", map[string]string{"p0": "a", "p1": "b", "p2": "c"}, nil, live, LeaderMove{}, false},
-		{"the only lighter node is dead", map[string]string{"p0": "a", "p1": "a", "p2": "b"}, nil, []string{"a", "b"}, LeaderMove{}, false},
-		{"no live nodes", map[string]string{"p0": "a"}, nil, nil, LeaderMove{}, false},
+		{"a leads all: two go, one to each replica leading fewest", map[string]string{"p0": "a", "p1": "a", "p2": "a"}, nil, live,
+			[]LeaderMove{{Partition: "p0", To: "b"}, {Partition: "p1", To: "c"}}},
+		{"balanced", map[string]string{"p0": "a", "p1": "b", "p2": "c"}, nil, live, nil},
+		{"the only lighter node is dead", map[string]string{"p0": "a", "p1": "a", "p2": "b"}, nil, []string{"a", "b"}, nil},
+		{"no live nodes", map[string]string{"p0": "a"}, nil, nil, nil},
 		{"balanced, but p1 is led away from its leader region", map[string]string{"p0": "b", "p1": "a", "p2": "c"},
-			map[string][]string{"p1": {"c"}}, live, LeaderMove{Partition: "p1", To: "c"}, true},
+			map[string][]string{"p1": {"c"}}, live, one("p1", "c")},
 		{"led away from its leader region, which is down", map[string]string{"p0": "b", "p1": "a", "p2": "c"},
-			map[string][]string{"p1": {"c"}}, []string{"a", "b"}, LeaderMove{}, false},
+			map[string][]string{"p1": {"c"}}, []string{"a", "b"}, nil},
 		{"a leads too much, but never moves a partition out of its leader region", map[string]string{"p0": "a", "p1": "a", "p2": "a"},
-			map[string][]string{"p0": {"a"}, "p1": {"a", "c"}}, live, LeaderMove{Partition: "p1", To: "c"}, true},
+			map[string][]string{"p0": {"a"}, "p1": {"a", "c"}}, live, []LeaderMove{{Partition: "p1", To: "c"}, {Partition: "p2", To: "b"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, ok := BalanceLeaders("a", tc.leaders, replicas, tc.preferred, tc.live)
-			if ok != tc.ok || m != tc.want {
-				t.Fatalf("move %+v %v, want %+v %v", m, ok, tc.want, tc.ok)
+			got := BalanceLeaders("a", tc.leaders, replicas, tc.preferred, tc.live, 10)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("moves %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A node that leads everything hands over just enough, no more than the
+// limit a round, and every node ends at its share.
+func TestBalanceLeadersInRounds(t *testing.T) {
+	live := []string{"a", "b", "c"}
+	leaders := map[string]string{}
+	replicas := map[string][]string{}
+	for i := range 1000 {
+		p := fmt.Sprint("p", i)
+		leaders[p], replicas[p] = "a", live
+	}
+	rounds := 0
+	for ; rounds < 100; rounds++ {
+		moves := BalanceLeaders("a", leaders, replicas, nil, live, 64)
+		if len(moves) == 0 {
+			break
+		}
+		if len(moves) > 64 {
+			t.Fatalf("round %d: %d moves, limit 64", rounds, len(moves))
+		}
+		for _, m := range moves {
+			if leaders[m.Partition] != "a" {
+				t.Fatalf("round %d moves %s, led by %s", rounds, m.Partition, leaders[m.Partition])
+			}
+			leaders[m.Partition] = m.To
+		}
+	}
+	count := map[string]int{}
+	for _, l := range leaders {
+		count[l]++
+	}
+	if count["a"] != 334 || count["b"] != 333 || count["c"] != 333 || rounds != 11 {
+		t.Fatalf("after %d rounds: %v, want a 334, b and c 333 after 11", rounds, count)
 	}
 }
 

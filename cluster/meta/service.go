@@ -38,6 +38,10 @@ const (
 	catchUpTick = 250 * time.Millisecond
 	// transferTimeout bounds one leadership hand-over.
 	transferTimeout = 3 * time.Second
+	// balanceMovesPerRound bounds the leaderships a node hands over in
+	// a round of balancing, balanceMovesAtOnce those under way at once.
+	balanceMovesPerRound = 64
+	balanceMovesAtOnce   = 8
 )
 
 // Gossip is what the control plane needs of cluster membership.
