@@ -674,8 +674,14 @@ func (h *heartbeats) serve(c net.Conn) {
 			}
 		}
 		for _, group := range f.Woke {
+			// A follower there woke because its node stopped hearing
+			// this one: the group wakes as a proposal wakes it, so that
+			// the follower, whose heartbeat timeout counts from its wake,
+			// gets real heartbeats at the normal pace at once rather
+			// than one every 0.3–0.6 lease (quiet.go). It goes quiet
+			// again after quietAfter without a proposal.
 			if g := h.gate(group); g != nil && from != "" {
-				g.forgetQuietFollower(from)
+				g.active()
 			}
 		}
 		results := h.deliverAll(f.Beats, from, slots)

@@ -204,22 +204,11 @@ func (g *voteGate) wake(from string, silent bool) {
 	g.quiet.mu.Unlock()
 	if woke && silent {
 		g.contactNow(r)
-		// The leader, if it is there, heartbeats this follower for real
-		// again, well within its heartbeat timeout.
+		// The leader, if it is there, wakes: its heartbeats are real
+		// and at the normal pace again, well within this follower's
+		// heartbeat timeout.
 		if p := g.mux.hb.peer(from); p != nil && from != "" {
 			p.wokeLater(g.group)
-		}
-	}
-}
-
-// forgetQuietFollower, on a quiet leader, stops answering locally for its
-// follower on the node at addr, which woke: its next heartbeats are real.
-func (g *voteGate) forgetQuietFollower(addr string) {
-	g.quiet.mu.Lock()
-	defer g.quiet.mu.Unlock()
-	for id, a := range g.quiet.acked {
-		if a.addr == addr {
-			delete(g.quiet.acked, id)
 		}
 	}
 }
