@@ -201,9 +201,31 @@ func (n *node) stop() error {
 		return fmt.Errorf("fabriqd %s did not stop within 30s", n.id)
 	}
 	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
-		return fmt.Errorf("fabriqd %s exited with status %d", n.id, code)
+		return fmt.Errorf("fabriqd %s exited with status %d%s", n.id, code, crashOf(n.logs.String()))
 	}
 	return nil
+}
+
+// crashOf returns the Go runtime's report in a node's log — a panic or a
+// fatal error and the stack that follows — for an exit status to carry:
+// the tail of a log may have lost it under later lines.
+func crashOf(logs string) string {
+	i := strings.Index(logs, "\npanic: ")
+	if j := strings.Index(logs, "\nfatal error: "); i < 0 || (j >= 0 && j < i) {
+		i = j
+	}
+	if i < 0 {
+		return ""
+	}
+	return ":\n" + head(logs[i+1:], 80)
+}
+
+func head(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[:lines]
+	}
+	return strings.Join(parts, "\n")
 }
 
 func (n *node) url() string { return "fabriq://" + n.addr }
