@@ -1103,10 +1103,19 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
+	live := map[string]bool{}
+	if n.gossip != nil {
+		for _, m := range n.gossip.Members() {
+			live[m.ID] = m.State == cluster.MemberAlive
+		}
+	}
+	spread := newHandOvers(live)
+	handed := 0
 	for _, g := range groups {
 		if !g.IsLeader() {
 			continue
 		}
+		handed++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -1116,12 +1125,20 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			if err != nil || len(servers) < 2 {
 				return
 			}
-			if err := g.TransferLeadership(gctx); err != nil {
+			if to, ok := spread.pick(g.NodeID(), servers); ok {
+				err = g.TransferLeadershipTo(gctx, to.ID, to.Address)
+			} else {
+				err = g.TransferLeadership(gctx)
+			}
+			if err != nil {
 				n.logger.Warn("leadership transfer failed", "group", g.ID(), "err", err)
 			}
 		}()
 	}
 	wg.Wait()
+	if handed > 0 {
+		n.logger.Info("leaderships handed over", "partitions", handed, "to", spread.counts())
+	}
 	if n.gossip != nil {
 		lctx, cancel := context.WithTimeout(ctx, transferTimeout)
 		if err := n.gossip.leave(lctx); err != nil {
@@ -1130,6 +1147,50 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		cancel()
 	}
 	return n.Close()
+}
+
+// handOvers spreads the leaderships a stopping node hands over: each goes
+// to the live voter given the fewest so far, so that the nodes that stay
+// share what this one led (Raft's own choice, the most caught-up voter,
+// is for an idle partition the first of equals in its configuration),
+// and the leader balancing has little left to move.
+type handOvers struct {
+	live  map[string]bool // by node id
+	mu    sync.Mutex
+	given map[string]int // by node id
+}
+
+func newHandOvers(live map[string]bool) *handOvers {
+	return &handOvers{live: live, given: map[string]int{}}
+}
+
+// pick returns the voter of servers, other than self, to hand over to; false
+// when none is alive.
+func (h *handOvers) pick(self string, servers []cluster.Server) (cluster.Server, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var best cluster.Server
+	found := false
+	for _, sv := range servers {
+		node := meta.NodeOf(sv.ID)
+		if sv.ID == self || !sv.Voter || !h.live[node] {
+			continue
+		}
+		if !found || h.given[node] < h.given[meta.NodeOf(best.ID)] || (h.given[node] == h.given[meta.NodeOf(best.ID)] && sv.ID < best.ID) {
+			best, found = sv, true
+		}
+	}
+	if found {
+		h.given[meta.NodeOf(best.ID)]++
+	}
+	return best, found
+}
+
+// counts returns how many leaderships went to each node.
+func (h *handOvers) counts() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.given)
 }
 
 // Close stops serving, closes every session, partition and group, and

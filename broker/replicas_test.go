@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/fabriq-io/fabriq/cluster"
 )
 
 // A node's members of a partition only get newer: a newer member sets an
@@ -95,5 +97,30 @@ func TestCopiesSetAside(t *testing.T) {
 	}
 	if got := copiesSetAside(filepath.Join(root, "missing")); len(got) != 0 {
 		t.Errorf("a missing directory: %v", got)
+	}
+}
+
+// A stopping node spreads the leaderships it hands over across the live
+// voters, never to itself, a non-voter or a dead node.
+func TestHandOversSpread(t *testing.T) {
+	h := newHandOvers(map[string]bool{"a": true, "b": true, "c": true, "d": false})
+	servers := []cluster.Server{
+		{ID: "a", Address: "a:1", Voter: true},
+		{ID: "b@2", Address: "b:1", Voter: true},
+		{ID: "c", Address: "c:1", Voter: true},
+		{ID: "d", Address: "d:1", Voter: true},
+		{ID: "e", Address: "e:1", Voter: false},
+	}
+	for range 1000 {
+		to, ok := h.pick("a", servers)
+		if !ok || to.ID == "a" || to.ID == "d" || to.ID == "e" {
+			t.Fatalf("picked %+v %v", to, ok)
+		}
+	}
+	if got := h.counts(); got["b"] != 500 || got["c"] != 500 || len(got) != 2 {
+		t.Fatalf("hand-overs %v, want 500 each to b and c", got)
+	}
+	if to, ok := h.pick("a", servers[:1]); ok {
+		t.Fatalf("picked %+v with no other voter", to)
 	}
 }
