@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 )
@@ -209,7 +211,20 @@ func (s *checkedStore) StoreLogs(logs []*raft.Log) (err error) {
 		checked[i] = &c
 	}
 	defer s.guard("write", &err)
-	return s.LogStore.StoreLogs(checked)
+	return noSpace(s.LogStore.StoreLogs(checked))
+}
+
+// noSpace makes an error that says the disk is full match syscall.ENOSPC.
+// bbolt reports a file it could not grow as text ("file resize error:
+// truncate ...: no space left on device"), and the broker tells a client
+// to try again elsewhere only for errors that match ENOSPC: as text, a
+// full disk under a leader reached consumers as an Unknown error, and
+// they gave up.
+func noSpace(err error) error {
+	if err == nil || errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, syscall.ENOSPC)
 }
 
 // DeleteRange implements raft.LogStore.

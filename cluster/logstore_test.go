@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -172,5 +173,26 @@ func TestEntryCheck(t *testing.T) {
 				t.Fatalf("changed %s: %s passes", name, fmt.Sprintf("%+v", l))
 			}
 		})
+	}
+}
+
+// fullLogStore fails every write as bbolt does when it cannot grow its
+// file: the cause as text.
+type fullLogStore struct{ raft.LogStore }
+
+func (fullLogStore) StoreLogs([]*raft.Log) error {
+	return fmt.Errorf("file resize error: %s", &os.PathError{Op: "truncate", Path: "raft.db", Err: syscall.ENOSPC})
+}
+
+// A write the disk had no room for matches ENOSPC, though bbolt reports
+// it as text: the broker tells clients to try again only for that.
+func TestStoreLogsOnAFullDiskMatchesENOSPC(t *testing.T) {
+	s := &checkedStore{LogStore: fullLogStore{}, damage: &damageReport{}}
+	err := s.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("x")}})
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("StoreLogs on a full disk: %v, does not match ENOSPC", err)
+	}
+	if other := errors.New("file resize error: truncate: input/output error"); noSpace(other) != other {
+		t.Fatal("an error that is not a full disk was changed")
 	}
 }
