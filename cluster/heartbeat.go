@@ -45,6 +45,11 @@ const (
 // errHeartbeatsClosed fails the heartbeats of a closed mux.
 var errHeartbeatsClosed = fmt.Errorf("cluster: heartbeats: %w", ErrClosed)
 
+// errUnanswered marks a heartbeat whose member did not answer: the round
+// failed or timed out, or the member's node was too busy to hand it over
+// in time. The member may be as it was; an answer says how it is.
+var errUnanswered = errors.New("no answer")
+
 // heartbeats carries the heartbeats of every Raft group between this node
 // and each other node over one connection per pair of nodes, as
 // CockroachDB coalesces its ranges' heartbeats. hashicorp/raft sends a
@@ -307,8 +312,9 @@ func (h *heartbeats) unregister(group string, g *voteGate) {
 
 // beat sends one group's heartbeat to member of group at addr, a node's
 // Raft address, and fills resp with the member's answer; quiet marks it a
-// quiet leader's, and acked says the member follows quietly.
-func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet bool) (acked bool, err error) {
+// quiet leader's, and acked says the member follows quietly. Closing
+// cancel (the group's gate closing) gives up the wait.
+func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet bool, cancel <-chan struct{}) (acked bool, err error) {
 	if self := h.self.Load(); (self == nil || *self != string(args.Addr)) && len(args.Addr) > 0 {
 		a := string(args.Addr)
 		h.self.Store(&a)
@@ -334,12 +340,17 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 	select {
 	case o = <-c.done:
 	case <-t.C:
-		return false, fmt.Errorf("cluster: heartbeat to %s: no answer in %s", addr, heartbeatRoundTimeout)
+		return false, fmt.Errorf("cluster: heartbeat to %s: %w in %s", addr, errUnanswered, heartbeatRoundTimeout)
 	case <-h.done:
+		return false, errHeartbeatsClosed
+	case <-cancel:
 		return false, errHeartbeatsClosed
 	}
 	if o.err != nil {
-		return false, o.err
+		return false, fmt.Errorf("%w: %w", errUnanswered, o.err)
+	}
+	if o.res.Err == errHeartbeatBusy {
+		return false, fmt.Errorf("cluster: heartbeat to %s: %w: %s", addr, errUnanswered, o.res.Err)
 	}
 	if o.res.Err != "" {
 		return false, fmt.Errorf("cluster: heartbeat to %s: %s", addr, o.res.Err)

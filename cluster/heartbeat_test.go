@@ -135,7 +135,7 @@ func TestHeartbeatForAnotherMember(t *testing.T) {
 		{"g", "node-9", `heartbeat for member "node-9"`},
 		{"nope", nodes[1].id, `unknown group "nope"`},
 	} {
-		_, err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp, false)
+		_, err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp, false, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("heartbeat for %s/%s: %v, want an error with %q", c.group, c.member, err, c.want)
 		}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,12 +62,17 @@ type quietState struct {
 	// under, on a quiet follower: the Raft address of the leader's node it
 	// is quiet under; empty when not quiet.
 	under string
+	// closed: the gate is closing; no refresh starts.
+	closed bool
 }
 
 type quietAck struct {
 	term     uint64
 	addr     string // the follower's node
 	lastReal time.Time
+	// refreshing: a real heartbeat to the follower is under way
+	// (refresh).
+	refreshing bool
 }
 
 // active records a proposal: a quiet leader wakes. Its followers wake
@@ -120,19 +126,36 @@ func (g *voteGate) stopLeadingQuietly(tell bool) {
 }
 
 // answerLocally answers a heartbeat of a quiet leader to follower id at
-// target itself, when the follower took a quiet heartbeat of this term,
-// and a round to its node succeeded and a real heartbeat went within
-// quietRealEvery. (Within four fifths of the lease at first: on two busy
-// cores rounds often took longer, every quiet leader of the node lost its
-// lease at once, and their elections kept the cores busy.)
+// target itself, when the follower took a quiet heartbeat of this term, a
+// round to its node succeeded within quietRealEvery, and a real heartbeat
+// went within twice that. Once one went more than quietRealEvery ago, the
+// next is sent in the background (refresh) while this one is answered
+// here: sent in Raft's heartbeat goroutine, a real heartbeat held it for
+// a whole round, which on two cores saturated by a few busy partitions
+// took 300–800 ms, and every quiet leader whose two followers' real
+// heartbeats fell in such rounds lost its 500 ms lease at once: an
+// election storm. (Within four fifths of the lease at first, then within
+// quietRealEvery, with each real heartbeat in Raft's goroutine.)
 func (g *voteGate) answerLocally(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
 	if !g.quiet.leading.Load() {
 		return false
 	}
+	every := g.mux.hb.realEvery
+	fresh := g.mux.hb.fresh(string(target), every)
 	g.quiet.mu.Lock()
 	a, ok := g.quiet.acked[id]
+	since := time.Since(a.lastReal)
+	local := ok && fresh && a.term == args.Term && since < 2*every
+	refresh := local && since >= every && !a.refreshing && !g.quiet.closed
+	if refresh {
+		a.refreshing = true
+		g.quiet.acked[id] = a
+		req := *args
+		g.wg.Add(1) // under quiet.mu, which Close takes before it waits
+		go g.refresh(id, target, &req)
+	}
 	g.quiet.mu.Unlock()
-	if !ok || a.term != args.Term || time.Since(a.lastReal) >= g.mux.hb.realEvery || !g.mux.hb.fresh(string(target), g.mux.hb.realEvery) {
+	if !local {
 		return false
 	}
 	*resp = raft.AppendEntriesResponse{
@@ -142,6 +165,33 @@ func (g *voteGate) answerLocally(id raft.ServerID, target raft.ServerAddress, ar
 	}
 	g.mux.hb.local.Add(1)
 	return true
+}
+
+// refresh sends a quiet leader's real heartbeat to follower id in the
+// background and records its answer (heard): a follower that did not
+// take it quietly, or moved on to a newer term, is answered for no more,
+// and its next heartbeats are real. (Forgotten on no answer at all too at
+// first: under load, rounds answered "busy" and every quiet leader's
+// heartbeats went real and slow at once.)
+func (g *voteGate) refresh(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest) {
+	defer g.wg.Done()
+	var resp raft.AppendEntriesResponse
+	acked, err := g.mux.hb.beat(string(target), g.group, string(id), req, &resp, true, g.stop)
+	if errors.Is(err, errUnanswered) || errors.Is(err, ErrClosed) {
+		// No answer (a round that failed, a node too busy to hand the
+		// heartbeat over in time): the follower may be as it was. The
+		// next heartbeat tries again; answerLocally stops answering for
+		// it once rounds to its node fail for quietRealEvery, or no real
+		// heartbeat went through for twice that.
+		g.quiet.mu.Lock()
+		if a, ok := g.quiet.acked[id]; ok {
+			a.refreshing = false
+			g.quiet.acked[id] = a
+		}
+		g.quiet.mu.Unlock()
+		return
+	}
+	g.heard(id, target, req.Term, err == nil && acked)
 }
 
 // heard records a real heartbeat's outcome on a quiet leader: a follower

@@ -177,8 +177,8 @@ func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, ar
 			return nil
 		}
 		quiet := g.quiet.leading.Load()
-		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet)
-		if quiet || acked {
+		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet, g.stop)
+		if (quiet || acked) && !errors.Is(err, errUnanswered) && !errors.Is(err, ErrClosed) {
 			g.heard(id, target, args.Term, err == nil && acked)
 		}
 		return err
@@ -271,6 +271,9 @@ func (g *voteGate) Close() error {
 			g.stopLeadingQuietly(true) // its quiet followers need not wait out their timeout
 		}
 		g.mux.hb.unregister(g.group, g)
+		g.quiet.mu.Lock()
+		g.quiet.closed = true // no refresh starts after the wait below
+		g.quiet.mu.Unlock()
 		close(g.stop)
 	})
 	g.wg.Wait()
