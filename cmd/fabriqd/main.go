@@ -96,7 +96,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
 	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
 	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
-	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 500*time.Millisecond, "Raft heartbeat timeout of every group: a leader's loss is noticed within one to two of these (a failed election is retried after two to four times as long)")
+	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 1000*time.Millisecond, "Raft heartbeat timeout of every group: a leader's loss is noticed within one to two of these (a failed election is retried after two to four times as long)")
 	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
