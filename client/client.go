@@ -389,20 +389,58 @@ type part interface {
 }
 
 // attachParts makes and attaches one part per partition of a stream with n
-// partitions, in order, retrying while a partition has no leader; on a
-// failure it closes the parts already made.
-func attachParts[T part](ctx context.Context, c *Client, st geofabric.Stream, n int, newPart func(name string, i int) T, connect func(context.Context, T) error) ([]T, error) {
-	var parts []T
-	for i, p := range st.Partitions(n) {
-		pt := newPart(p.String(), i)
-		parts = append(parts, pt)
-		if err := c.retry(ctx, func(ctx context.Context) error { return connect(ctx, pt) }); err != nil {
-			for _, done := range parts {
-				done.close()
-			}
-			return nil, err
+// partitions, at most atOnce at a time (1: in order), retrying while a
+// partition has no leader; on a failure it stops and closes every part
+// made. A consumer's parts attach in order: each attach is a join of the
+// subscription, which the others' roles depend on. A producer's attach
+// nothing else, and in order a producer of a hundred partitions created
+// just after a node died waited for each of that node's partitions to
+// elect, one after the other.
+func attachParts[T part](ctx context.Context, c *Client, st geofabric.Stream, n, atOnce int, newPart func(name string, i int) T, connect func(context.Context, T) error) ([]T, error) {
+	names := st.Partitions(n)
+	parts := make([]T, len(names))
+	for i, p := range names {
+		parts[i] = newPart(p.String(), i)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, max(atOnce, 1))
+	for _, pt := range parts {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
 		}
-		pt.start()
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.retry(ctx, func(ctx context.Context) error { return connect(ctx, pt) }); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel()
+				return
+			}
+			pt.start()
+		})
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	if first != nil {
+		for _, pt := range parts {
+			pt.close()
+		}
+		return nil, first
 	}
 	return parts, nil
 }

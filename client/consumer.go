@@ -163,7 +163,7 @@ func (c *Client) subscribe(ctx context.Context, opts ConsumerOptions, reader *re
 	if cons.name == "" {
 		cons.name = randomName(c.opts.Name)
 	}
-	cons.parts, err = attachParts(ctx, c, st, n,
+	cons.parts, err = attachParts(ctx, c, st, n, 1,
 		func(name string, i int) *partitionConsumer { return newPartitionConsumer(cons, name, i) },
 		func(ctx context.Context, pc *partitionConsumer) error { return pc.connect(ctx) })
 	if err != nil {

@@ -102,7 +102,7 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	if p.name == "" {
 		p.name = randomName(c.opts.Name)
 	}
-	p.parts, err = attachParts(ctx, c, st, n,
+	p.parts, err = attachParts(ctx, c, st, n, producerAttachesAtOnce,
 		func(name string, i int) *partitionProducer { return newPartitionProducer(p, name, i) },
 		func(ctx context.Context, pp *partitionProducer) error { return pp.connect(ctx, true) })
 	if err != nil {
@@ -114,6 +114,10 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	}
 	return p, nil
 }
+
+// producerAttachesAtOnce bounds the partitions a new producer attaches to
+// at once.
+const producerAttachesAtOnce = 16
 
 // Name returns the producer's name.
 func (p *Producer) Name() string { return p.name }
