@@ -39,7 +39,8 @@ const (
 // the figures of BENCHMARKS.md, "Many idle partitions": stream create
 // time, idle CPU, elections and memory, 10 busy partitions' throughput and
 // failover alone and among the idle ones, the first send to an idle
-// partition whose leader's node was killed, SIGTERM to exit with the
+// partition whose leader's node was killed (through a producer made
+// before the kill, and through one made after it), SIGTERM to exit with the
 // leaderships handed over, and a restart of every node until every
 // partition is led again. It runs once, whatever b.N: run it with
 // -benchtime 1x.
@@ -76,7 +77,7 @@ func BenchmarkManyPartitions(b *testing.B) {
 	want := busyPartitions
 	waitAllLed(ctx, b, c, want)
 	aloneRate := busyThroughput(ctx, b, c, busy)
-	aloneFailover, _ := failovers(ctx, b, c, nodes, busy, nil, want)
+	aloneFailover := failovers(ctx, b, c, nodes, busy, nil, want).busy
 
 	// The idle partitions, in streams of 100 (the last one smaller).
 	var creates []time.Duration
@@ -146,13 +147,15 @@ func BenchmarkManyPartitions(b *testing.B) {
 
 	// Ten busy partitions among the idle ones.
 	amongRate := busyThroughput(ctx, b, c, busy)
-	amongFailover, idleFirst := failovers(ctx, b, c, nodes, busy, idleStreams, want)
+	among := failovers(ctx, b, c, nodes, busy, idleStreams, want)
+	amongFailover, idleFirst := among.busy, among.idle
 	report("busy throughput alone", aloneRate, "alone-msgs/s")
 	report("busy throughput among the idle", amongRate, "among-msgs/s")
 	report("busy failover alone, median kill to ack", ms(median(aloneFailover)), "alone-failover-ms")
 	report("busy failover among the idle, median", ms(median(amongFailover)), "among-failover-ms")
 	report("idle partition's first send, median kill to ack", ms(median(idleFirst)), "idle-first-send-ms")
 	report("idle partition's first send, max", ms(slices.Max(idleFirst)), "idle-first-send-max-ms")
+	report("idle partition's first send, producer made after the kill, median", ms(median(among.idleNewProducer)), "idle-new-producer-send-ms")
 
 	// SIGTERM: the node that leads the most partitions goes, its
 	// leaderships handed over.
@@ -259,14 +262,23 @@ func busyThroughput(ctx context.Context, b *testing.B, c *client.Client, stream 
 	return float64(*partitionsSends) / time.Since(start).Seconds()
 }
 
+// failover is what failovers measured, each from the kill to an
+// acknowledged send: to the busy partition and to the idle one through
+// producers made before the kill (an application's), and to the idle one
+// through a producer made after it (which attaches to every partition of
+// its stream, the killed node's too).
+type failover struct {
+	busy, idle, idleNewProducer []time.Duration
+}
+
 // failovers kills, -partitions.kills times, a node that leads a partition
 // of busy (and, with idle streams, one of theirs) after the cluster stood
 // idle for idleBeforeKill, and measures from the kill to the first
-// acknowledged send to that partition and to the idle one (sent at the
-// same time). Each victim is restarted and every partition led
-// again before the next kill.
-func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) (toBusy, toIdle []time.Duration) {
+// acknowledged send to each (sent at the same time). Each victim is
+// restarted and every partition led again before the next kill.
+func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) failover {
 	b.Helper()
+	var out failover
 	for range *partitionsKills {
 		select {
 		case <-time.After(idleBeforeKill):
@@ -305,42 +317,65 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		if victim == nil || (len(idle) > 0 && idleIndex < 0) {
 			b.Fatalf("no node leads both a partition of %s and an idle one: %v", busy, leaders)
 		}
-		send := func(stream string, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer cancel()
+		producer := func(stream string, index int) *client.Producer {
 			p, err := c.CreateProducer(ctx, client.ProducerOptions{
 				Stream: stream, SendTimeout: time.Minute,
 				MessageRouter: func(*client.ProducerMessage, int) int { return index },
 			})
 			if err != nil {
-				b.Error(err)
-				return
+				b.Fatal(err)
 			}
-			defer p.Close()
+			return p
+		}
+		send := func(what string, p *client.Producer, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			if p == nil { // made after the kill
+				var err error
+				p, err = c.CreateProducer(ctx, client.ProducerOptions{
+					Stream: idleStream, SendTimeout: time.Minute,
+					MessageRouter: func(*client.ProducerMessage, int) int { return index },
+				})
+				if err != nil {
+					b.Errorf("a producer of %s made after the kill: %v", idleStream, err)
+					return
+				}
+				defer p.Close()
+			}
 			if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after the kill")}); err != nil {
-				b.Errorf("first send to %s partition %d after its leader's node was killed: %v", stream, index, err)
+				b.Errorf("first send to %s partition %d after its leader's node was killed: %v", what, index, err)
 				return
 			}
 			*out = append(*out, time.Since(killed))
+		}
+		busyP := producer(busy, busyIndex)
+		var idleP *client.Producer
+		if idleIndex >= 0 {
+			idleP = producer(idleStream, idleIndex)
 		}
 		victim.kill()
 		killed := time.Now()
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go send(busy, busyIndex, &toBusy, killed, &wg)
-		if idleIndex >= 0 {
-			wg.Add(1)
-			go send(idleStream, idleIndex, &toIdle, killed, &wg)
+		go send(busy, busyP, busyIndex, &out.busy, killed, &wg)
+		if idleP != nil {
+			wg.Add(2)
+			go send(idleStream, idleP, idleIndex, &out.idle, killed, &wg)
+			go send(idleStream, nil, idleIndex, &out.idleNewProducer, killed, &wg)
 		}
 		wg.Wait()
+		busyP.Close()
+		if idleP != nil {
+			idleP.Close()
+		}
 		if b.Failed() {
 			b.FailNow()
 		}
 		victim.restart(b)
 		waitAllLed(ctx, b, c, want)
 	}
-	return toBusy, toIdle
+	return out
 }
 
 // heartbeatTimeouts counts the elections a node's Raft groups started on a
