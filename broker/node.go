@@ -1103,11 +1103,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
-	live := map[string]bool{}
+	var live []string
 	if n.gossip != nil {
-		for _, m := range n.gossip.Members() {
-			live[m.ID] = m.State == cluster.MemberAlive
-		}
+		live = meta.LiveNodes(n.gossip.Members(), n.cfg.NodeID)
 	}
 	spread := newHandOvers(live)
 	handed := 0
@@ -1155,12 +1153,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 // is for an idle partition the first of equals in its configuration),
 // and the leader balancing has little left to move.
 type handOvers struct {
-	live  map[string]bool // by node id
+	live  []string // node ids
 	mu    sync.Mutex
 	given map[string]int // by node id
 }
 
-func newHandOvers(live map[string]bool) *handOvers {
+func newHandOvers(live []string) *handOvers {
 	return &handOvers{live: live, given: map[string]int{}}
 }
 
@@ -1170,20 +1168,21 @@ func (h *handOvers) pick(self string, servers []cluster.Server) (cluster.Server,
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var best cluster.Server
-	found := false
+	bestNode := ""
 	for _, sv := range servers {
 		node := meta.NodeOf(sv.ID)
-		if sv.ID == self || !sv.Voter || !h.live[node] {
+		if sv.ID == self || !sv.Voter || !slices.Contains(h.live, node) {
 			continue
 		}
-		if !found || h.given[node] < h.given[meta.NodeOf(best.ID)] || (h.given[node] == h.given[meta.NodeOf(best.ID)] && sv.ID < best.ID) {
-			best, found = sv, true
+		if bestNode == "" || h.given[node] < h.given[bestNode] || (h.given[node] == h.given[bestNode] && sv.ID < best.ID) {
+			best, bestNode = sv, node
 		}
 	}
-	if found {
-		h.given[meta.NodeOf(best.ID)]++
+	if bestNode == "" {
+		return cluster.Server{}, false
 	}
-	return best, found
+	h.given[bestNode]++
+	return best, true
 }
 
 // counts returns how many leaderships went to each node.

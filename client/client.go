@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
@@ -390,8 +392,8 @@ type part interface {
 
 // attachParts makes and attaches one part per partition of a stream with n
 // partitions, at most atOnce at a time (1: in order), retrying while a
-// partition has no leader; on a failure it stops and closes every part
-// made. A consumer's parts attach in order: each attach is a join of the
+// partition has no leader; on the first failure it cancels the others and
+// closes every part made. A consumer's parts attach in order: each attach is a join of the
 // subscription, which the others' roles depend on. A producer's attach
 // nothing else, and in order a producer of a hundred partitions created
 // just after a node died waited for each of that node's partitions to
@@ -402,45 +404,25 @@ func attachParts[T part](ctx context.Context, c *Client, st geofabric.Stream, n,
 	for i, p := range names {
 		parts[i] = newPart(p.String(), i)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	sem := make(chan struct{}, max(atOnce, 1))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(atOnce, 1))
 	for _, pt := range parts {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := c.retry(ctx, func(ctx context.Context) error { return connect(ctx, pt) }); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				cancel()
-				return
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err // an earlier part failed: attach no more
+			}
+			if err := c.retry(gctx, func(ctx context.Context) error { return connect(ctx, pt) }); err != nil {
+				return err
 			}
 			pt.start()
+			return nil
 		})
 	}
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		first = ctx.Err()
-	}
-	if first != nil {
+	if err := g.Wait(); err != nil {
 		for _, pt := range parts {
 			pt.close()
 		}
-		return nil, first
+		return nil, err
 	}
 	return parts, nil
 }

@@ -327,15 +327,20 @@ func TestMembershipJoin(t *testing.T) {
 	}
 }
 
-func TestMembershipJoinRetries(t *testing.T) {
-	t.Parallel()
-	// A free port on which nothing listens yet.
+// unusedAddr returns a 127.0.0.1 address on which nothing listens yet.
+func unusedAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	seedAddr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestMembershipJoinRetries(t *testing.T) {
+	t.Parallel()
+	seedAddr := unusedAddr(t)
 
 	logs := newLogRecorder()
 	joiner := newMember(t, "joiner", []string{seedAddr}, func(c *MembershipConfig) { c.Logger = slog.New(logs) })
@@ -351,12 +356,7 @@ func TestMembershipJoinRetries(t *testing.T) {
 // in two that never meet.
 func TestMembershipJoinedStillJoinsItsSeed(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seedAddr := ln.Addr().String()
-	ln.Close()
+	seedAddr := unusedAddr(t)
 
 	logs := newLogRecorder()
 	a := newMember(t, "a", []string{seedAddr}, func(c *MembershipConfig) { c.Logger = slog.New(logs) })

@@ -168,38 +168,35 @@ func (g *voteGate) answerLocally(id raft.ServerID, target raft.ServerAddress, ar
 }
 
 // refresh sends a quiet leader's real heartbeat to follower id in the
-// background and records its answer (heard): a follower that did not
-// take it quietly, or moved on to a newer term, is answered for no more,
-// and its next heartbeats are real. (Forgotten on no answer at all too at
-// first: under load, rounds answered "busy" and every quiet leader's
-// heartbeats went real and slow at once.)
+// background and records its outcome (heard).
 func (g *voteGate) refresh(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest) {
 	defer g.wg.Done()
 	var resp raft.AppendEntriesResponse
 	acked, err := g.mux.hb.beat(string(target), g.group, string(id), req, &resp, true, g.stop)
+	g.heard(id, target, req.Term, acked, err)
+}
+
+// heard records a real heartbeat's outcome on a quiet leader: a follower
+// that took it quiet is acked; one that answered otherwise (not quiet, a
+// newer term, no such member) is forgotten, and its next heartbeats are
+// real. No answer at all (a round that failed, a node too busy to hand
+// the heartbeat over in time, a closing gate) changes nothing but lets
+// the next heartbeat try again: answerLocally stops answering for the
+// follower once rounds to its node fail for quietRealEvery, or no real
+// heartbeat went through for twice that. (Forgotten on no answer too at
+// first: under load, rounds answered "busy" and every quiet leader's
+// heartbeats went real and slow at once.)
+func (g *voteGate) heard(id raft.ServerID, target raft.ServerAddress, term uint64, acked bool, err error) {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
 	if errors.Is(err, errUnanswered) || errors.Is(err, ErrClosed) {
-		// No answer (a round that failed, a node too busy to hand the
-		// heartbeat over in time): the follower may be as it was. The
-		// next heartbeat tries again; answerLocally stops answering for
-		// it once rounds to its node fail for quietRealEvery, or no real
-		// heartbeat went through for twice that.
-		g.quiet.mu.Lock()
 		if a, ok := g.quiet.acked[id]; ok {
 			a.refreshing = false
 			g.quiet.acked[id] = a
 		}
-		g.quiet.mu.Unlock()
 		return
 	}
-	g.heard(id, target, req.Term, err == nil && acked)
-}
-
-// heard records a real heartbeat's outcome on a quiet leader: a follower
-// that took it quiet is acked; any other outcome forgets the follower.
-func (g *voteGate) heard(id raft.ServerID, target raft.ServerAddress, term uint64, quietAcked bool) {
-	g.quiet.mu.Lock()
-	defer g.quiet.mu.Unlock()
-	if !quietAcked || !g.quiet.leading.Load() {
+	if err != nil || !acked || !g.quiet.leading.Load() {
 		delete(g.quiet.acked, id)
 		return
 	}

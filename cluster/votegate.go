@@ -178,8 +178,8 @@ func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, ar
 		}
 		quiet := g.quiet.leading.Load()
 		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet, g.stop)
-		if (quiet || acked) && !errors.Is(err, errUnanswered) && !errors.Is(err, ErrClosed) {
-			g.heard(id, target, args.Term, err == nil && acked)
+		if quiet || acked {
+			g.heard(id, target, args.Term, acked, err)
 		}
 		return err
 	}
