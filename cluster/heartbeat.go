@@ -77,6 +77,10 @@ type heartbeats struct {
 	window time.Duration
 	// The quiet groups' timings (quiet.go); tests shorten them.
 	quietAfter, realEvery, followerTimeout time.Duration
+	// idleAppendEvery is how often an idle leader's append that tells
+	// nothing new still goes to a node that speaks ProtocolCatchUp
+	// (idleAppendCatchUpEvery; pipeline.go); tests lengthen it.
+	idleAppendEvery time.Duration
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -170,6 +174,10 @@ type hbResult struct {
 	LastLog        uint64 `msgpack:"l"`
 	Success        bool   `msgpack:"s"`
 	NoRetryBackoff bool   `msgpack:"n,omitempty"`
+	// Behind: the follower holds entries it has not applied, so it may
+	// not know that they are committed; its leader's next append goes
+	// even when it tells nothing new (ProtocolCatchUp, pipeline.go).
+	Behind bool `msgpack:"c,omitempty"`
 }
 
 // hbFrame is a round's request: whom it is from (a Raft address), the
@@ -204,6 +212,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		quietAfter:      quietAfter,
 		realEvery:       quietRealEvery,
 		followerTimeout: quietFollowerTimeout,
+		idleAppendEvery: idleAppendCatchUpEvery,
 		done:            make(chan struct{}),
 		gates:           make(map[string]*voteGate),
 		peers:           make(map[string]*hbPeer),
@@ -362,6 +371,11 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 		// it steps down within LeaderLeaseTimeout, as it would on the
 		// idle appends the pipeline no longer sends (pipeline.go).
 		return false, fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
+	}
+	if o.res.Behind && o.res.Success {
+		if g := h.gate(group); g != nil {
+			g.catchUp(raft.ServerID(member))
+		}
 	}
 	*resp = raft.AppendEntriesResponse{
 		RPCHeader:      raft.RPCHeader{ProtocolVersion: raft.ProtocolVersion(o.res.Version), ID: o.res.ID, Addr: o.res.Addr},
@@ -816,6 +830,7 @@ func (h *heartbeats) deliver(req *hbRequest, from string) hbResult {
 		res := hbResult{
 			Version: int(resp.ProtocolVersion), ID: resp.ID, Addr: resp.Addr,
 			Term: resp.Term, LastLog: resp.LastLog, Success: resp.Success, NoRetryBackoff: resp.NoRetryBackoff,
+			Behind: g.behind(),
 		}
 		if resp.Success && resp.Term == req.Term {
 			if req.Quiet {

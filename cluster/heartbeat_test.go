@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,38 @@ func TestHeartbeatForAnotherMember(t *testing.T) {
 	}
 	if !g.IsLeader() || g.Term() != term {
 		t.Errorf("a refused heartbeat of a higher term reached Raft: leader %v, term %d (was %d)", g.IsLeader(), g.Term(), term)
+	}
+}
+
+// A follower of an idle group that restarted holds every entry but not
+// the commit index, which only an append tells: its heartbeat answers say
+// it is behind, and its leader's next append goes, though the leader
+// sends no append that tells nothing new for an hour.
+func TestIdleFollowerAsksForTheCommitIndex(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	for _, n := range nodes {
+		n.mux.hb.idleAppendEvery = time.Hour
+	}
+	gs := startGroup(t, nodes, "g", heartbeatTimings)
+	want := cmds("e", 3)
+	applyAll(t, gs, want...)
+	waitEntries(t, gs, want)
+	leader := waitLeader(t, gs)
+	follower := others(gs, leader)[0]
+	term := leader.Term()
+	if err := follower.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Its state machine starts empty: Raft applies nothing before it
+	// learns what is committed.
+	fsm := newTestFSM(filepath.Join(follower.node.dir, "g-stage-2"), true)
+	back := openTestGroup(t, follower.node, "g", fsm, heartbeatTimings)
+	if got := fsm.entries(); len(got) != 0 {
+		t.Fatalf("a reopened follower applied %q before hearing its leader", got)
+	}
+	waitEntries(t, []*testGroup{back}, want)
+	// A new leader's first entry would have told it too.
+	if !leader.IsLeader() || leader.Term() != term {
+		t.Fatalf("the leader changed (term %d, then %d): the test proves nothing", term, leader.Term())
 	}
 }

@@ -54,8 +54,13 @@ const (
 	// ProtocolHeartbeats: ProtocolMembers, plus the heartbeats of every
 	// group between two nodes on one connection (HeartbeatGroup).
 	ProtocolHeartbeats = 3
+	// ProtocolCatchUp: ProtocolHeartbeats, plus heartbeat answers that
+	// say when the follower holds entries it has not applied (it may not
+	// know they are committed); an idle leader sends such a follower its
+	// appends that tell nothing new only then (pipeline.go).
+	ProtocolCatchUp = 4
 	// RaftProtocol is what this version speaks and advertises.
-	RaftProtocol = ProtocolHeartbeats
+	RaftProtocol = ProtocolCatchUp
 )
 
 // MemberAddress is the address a Layer dials to reach member of its

@@ -10,12 +10,22 @@ import (
 )
 
 // idleAppendEvery is how often an idle leader still sends a follower an
-// append that tells it nothing new (see pipeline.AppendEntries). It is
-// also how soon the leader finds that a follower restarted behind it:
-// the append fails on the connection of the follower's old process, and
-// Raft replicates what the follower misses on a new one. With 30 s a
-// restarted follower of an idle partition stayed behind for up to 30 s.
+// append that tells it nothing new (see pipeline.AppendEntries), to a
+// node older than ProtocolCatchUp. It is also how soon the leader finds
+// that such a follower restarted behind it: the append fails on the
+// connection of the follower's old process, and Raft replicates what the
+// follower misses on a new one. With 30 s a restarted follower of an idle
+// partition stayed behind for up to 30 s.
 const idleAppendEvery = time.Second
+
+// idleAppendCatchUpEvery is idleAppendEvery to a node that speaks
+// ProtocolCatchUp: its followers say in their heartbeat answers when they
+// hold entries they have not applied (a restarted follower, one that has
+// not heard the commit index of its last entries), and the leader's next
+// append to such a follower goes at once. Sent every second regardless,
+// these appends were a third of an idle node's CPU (BENCHMARKS.md, "Many
+// idle partitions").
+const idleAppendCatchUpEvery = 30 * time.Second
 
 // errPipelineBroken fails a pipelined AppendEntries sent after the
 // follower refused an earlier one: the leader falls back to one request at
@@ -31,10 +41,46 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 		return nil, err
 	}
 	pl := newPipeline(p)
-	if g.mux.Protocol(string(target)) >= ProtocolHeartbeats {
+	switch proto := g.mux.Protocol(string(target)); {
+	case proto >= ProtocolCatchUp:
 		pl.skipped = &g.mux.hb.idleAppends
+		pl.every = g.mux.hb.idleAppendEvery
+		pl.catchUp = g.catchUpFlag(id)
+	case proto >= ProtocolHeartbeats:
+		pl.skipped = &g.mux.hb.idleAppends
+		pl.every = idleAppendEvery
 	}
 	return pl, nil
+}
+
+// catchUpFlag returns the flag that makes the next idle append to
+// follower id go (catchUp sets it).
+func (g *voteGate) catchUpFlag(id raft.ServerID) *atomic.Bool {
+	g.catchUpMu.Lock()
+	defer g.catchUpMu.Unlock()
+	if g.catchUps == nil {
+		g.catchUps = make(map[raft.ServerID]*atomic.Bool)
+	}
+	f := g.catchUps[id]
+	if f == nil {
+		f = new(atomic.Bool)
+		g.catchUps[id] = f
+	}
+	return f
+}
+
+// catchUp records that follower id answered a heartbeat of this leader
+// saying it is behind: the next append to it goes, even one that tells
+// nothing new, and carries the commit index it is missing.
+func (g *voteGate) catchUp(id raft.ServerID) { g.catchUpFlag(id).Store(true) }
+
+// behind reports whether this member holds entries it has not applied:
+// it may not know that they are committed (a follower that restarted, or
+// that has not heard its leader's last commit index), and says so in its
+// heartbeat answers (catchUp).
+func (g *voteGate) behind() bool {
+	r := g.raft.Load()
+	return r != nil && r.AppliedIndex() < r.LastIndex()
 }
 
 // pipeline is a NetworkTransport pipeline that never blocks its sender
@@ -62,9 +108,12 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 // follower learns the commit index once commits stop: as many requests as
 // heartbeats, on the group's own connection. An append without entries
 // whose term, previous entry and commit index are those of the last one
-// sent is not sent, unless idleAppendEvery has passed since: Raft gets a
-// future it never sees answered, which it does not wait for. The follower
-// misses nothing (it was told that commit index), hears from its leader
+// sent is not sent, unless every (idleAppendEvery, or
+// idleAppendCatchUpEvery to a node that speaks ProtocolCatchUp) has passed
+// since, or the follower said in a heartbeat answer that it is behind
+// (catchUp): Raft gets a future it never sees answered, which it does not
+// wait for. The follower misses nothing (it was told that commit index,
+// or asks for it), hears from its leader
 // by the heartbeats, and a follower of a newer term makes the leader's
 // heartbeats to it fail (heartbeats.beat), so a leader that a majority has
 // left steps down within its lease, as it would have on these appends'
@@ -79,6 +128,11 @@ type pipeline struct {
 
 	// skipped counts the appends not sent; nil: send every one.
 	skipped *atomic.Int64
+	// every is how often an append that tells nothing new still goes.
+	every time.Duration
+	// catchUp, when set, makes the next append go (voteGate.catchUp);
+	// nil for a follower's node older than ProtocolCatchUp.
+	catchUp *atomic.Bool
 	// last is the last append sent, and when; used by AppendEntries
 	// alone (Raft's send loop, one goroutine).
 	last     raft.AppendEntriesRequest
@@ -108,7 +162,7 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		now := time.Now()
 		if len(args.Entries) == 0 && args.Term == p.last.Term && args.PrevLogEntry == p.last.PrevLogEntry &&
 			args.PrevLogTerm == p.last.PrevLogTerm && args.LeaderCommitIndex == p.last.LeaderCommitIndex &&
-			now.Sub(p.lastSent) < idleAppendEvery {
+			now.Sub(p.lastSent) < p.every && (p.catchUp == nil || !p.catchUp.Swap(false)) {
 			p.skipped.Add(1)
 			return &unsentAppend{req: args, resp: resp, start: now}, nil
 		}

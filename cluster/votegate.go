@@ -69,6 +69,10 @@ type voteGate struct {
 	// vote requests of a retired server held back.
 	refused   atomic.Int64
 	campaigns atomic.Int64
+	// catchUps, on a leader: per follower, whether its next idle append
+	// goes (pipeline.go).
+	catchUpMu sync.Mutex
+	catchUps  map[raft.ServerID]*atomic.Bool
 }
 
 func newVoteGate(t *raft.NetworkTransport, mux *Mux, group string, local raft.ServerID) *voteGate {
