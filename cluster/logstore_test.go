@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // flipInRaftDB flips one bit in every copy of needle that dir's raft.db
@@ -194,5 +195,64 @@ func TestStoreLogsOnAFullDiskMatchesENOSPC(t *testing.T) {
 	}
 	if other := errors.New("file resize error: truncate: input/output error"); noSpace(other) != other {
 		t.Fatal("an error that is not a full disk was changed")
+	}
+}
+
+// The newest entry stored, when small, is read back from memory: with the
+// bolt file closed it still reads, the entries before it and a large
+// newest entry do not, and an entry deleted (a follower's conflicting
+// tail) is not read from memory either.
+func TestNewestSmallEntryReadFromMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		size   int
+		delete bool
+		kept   bool
+	}{
+		{"small", 100, false, true},
+		{"at the limit", lastEntryMax, false, true},
+		{"large", lastEntryMax + 1, false, false},
+		{"deleted", 100, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), raftDBFile)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &checkedStore{LogStore: bolt, damage: &damageReport{}}
+			data := bytes.Repeat([]byte{'d'}, tc.size)
+			if err := s.StoreLogs([]*raft.Log{
+				{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("first")},
+				{Index: 2, Term: 1, Type: raft.LogCommand, Data: data},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.delete {
+				if err := s.DeleteRange(2, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := bolt.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var l raft.Log
+			err = s.getLog(2, &l)
+			if kept := err == nil; kept != tc.kept {
+				t.Fatalf("entry 2 read with the file closed: %v, want kept %v", err, tc.kept)
+			}
+			if tc.kept {
+				if l.Index != 2 || l.Term != 1 || !bytes.Equal(l.Data, data) || verifyEntry(&l) != nil {
+					t.Fatalf("entry 2 from memory: index %d term %d, %d bytes, check %v", l.Index, l.Term, len(l.Data), verifyEntry(&l))
+				}
+				l.Data[0] = 'x' // the reader's own copy
+				var again raft.Log
+				if err := s.getLog(2, &again); err != nil || again.Data[0] != 'd' {
+					t.Fatalf("a reader's change reached the kept entry: %v", err)
+				}
+			}
+			if err := s.getLog(1, &l); err == nil {
+				t.Fatal("entry 1 read with the file closed")
+			}
+		})
 	}
 }
