@@ -298,8 +298,9 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 
 // tick decides, for one group, whether its leader goes quiet or stops,
 // and whether a quiet member wakes: it is not a follower any more, or the
-// leader's node has been silent for quietWakeAfter.
-func (g *voteGate) tick(now time.Time) {
+// leader's node has been silent for quietWakeAfter (it is not in heard,
+// heartbeats.heard).
+func (g *voteGate) tick(now time.Time, heard map[string]bool) {
 	r := g.raft.Load()
 	if r == nil {
 		return
@@ -326,7 +327,7 @@ func (g *voteGate) tick(now time.Time) {
 	switch {
 	case state != raft.Follower:
 		g.wake(under, false)
-	case !g.mux.hb.heardFrom(under, now):
+	case !heard[under]:
 		g.wake(under, true)
 	}
 }
