@@ -233,8 +233,10 @@ type Partition struct {
 	term        uint64
 	leaderSince time.Time
 	// led is told (without blocking) when this node starts to lead: the
-	// sweep sleeps while it does not.
-	led chan struct{}
+	// sweep sleeps while it does not. applied is told (without blocking)
+	// when an entry is applied: the sweep of a partition without members
+	// sleeps until one is.
+	led, applied chan struct{}
 	// graceUntil (Unix nanoseconds) ends the reconnect grace of this
 	// node's current leadership: until then members that have not
 	// reconnected keep their roles (SUB-7).
@@ -270,6 +272,7 @@ func New(cfg Config) (*Partition, error) {
 		inflight:     make(chan inflight, cfg.MaxInflight),
 		stop:         make(chan struct{}),
 		led:          make(chan struct{}, 1),
+		applied:      make(chan struct{}, 1),
 		dispatchers:  map[string]*dispatcher{},
 		owners:       map[string]Holder{},
 		joining:      map[[2]string]int{},
@@ -392,9 +395,14 @@ func (p *Partition) Wait() {
 	closeDispatchers(ds)
 }
 
-// Applied wakes the dispatchers after the state machine applied an
-// entry (fsm.Config.Applied); data says it only added messages.
+// Applied wakes the dispatchers, and the sweep of a partition without
+// members, after the state machine applied an entry
+// (fsm.Config.Applied); data says it only added messages.
 func (p *Partition) Applied(_ uint64, data bool) {
+	select {
+	case p.applied <- struct{}{}:
+	default:
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, d := range p.dispatchers {

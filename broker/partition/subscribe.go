@@ -352,9 +352,22 @@ func (p *Partition) sweepLoop() {
 				}
 			}
 			all := p.fsm.AllMembers()
-			if len(all) == 0 { // an idle stream's leader: nobody to sweep
+			if len(all) == 0 {
+				// An idle stream's leader: nobody to sweep until an
+				// entry is applied (members join through Raft) or this
+				// node leads anew. Ticking for nothing, a thousand idle
+				// leaders cost a node 4 % of its CPU. Nobody was away
+				// before the wake.
 				clear(away)
-				last = now
+				t.Stop()
+				select {
+				case <-p.stop:
+					return
+				case <-p.applied:
+				case <-p.led:
+				}
+				last = time.Now()
+				t.Reset(p.cfg.SweepInterval)
 				continue
 			}
 			seen := map[[2]string]time.Time{}
