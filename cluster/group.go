@@ -190,6 +190,13 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	})
 	g.raft.RegisterObserver(g.obs)
 	go g.leadershipLoop()
+	// A group opened again with no leader known (its node restarted):
+	// its first member stands soon (elect.go).
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
+	defer cancel()
+	if servers, err := g.Servers(ctx); err == nil && len(servers) > 0 {
+		g.arrangeElection(servers)
+	}
 	return g, nil
 }
 
@@ -243,6 +250,9 @@ func (g *Group) Bootstrap(ctx context.Context, servers []Server) error {
 	})
 	if errors.Is(err, raft.ErrCantBootstrap) {
 		return nil
+	}
+	if err == nil {
+		g.arrangeElection(servers) // its first member stands soon (elect.go)
 	}
 	return err
 }

@@ -103,7 +103,13 @@ type heartbeats struct {
 	// are answered: tests make a moment of silence with it.
 	deaf atomic.Int64
 
+	// opens are the groups other nodes opened with no leader known,
+	// waiting for their first member here to open (elect.go).
+	opens map[string]time.Time
+
 	sent, frames, delivered, refused atomic.Int64
+	// stoodFirst counts the first members that stood at once (elect.go).
+	stoodFirst atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
 	// not sent (pipeline.go); local the heartbeats answered locally.
 	idleAppends, local atomic.Int64
@@ -127,6 +133,10 @@ type HeartbeatStats struct {
 	// lead and follow quietly now.
 	AnsweredLocally              int64
 	QuietLeaders, QuietFollowers int
+	// StoodFirst is the members of groups opened here with no leader
+	// known that stood at once, as their group's first member, when
+	// another voter had the group open (elect.go).
+	StoodFirst int64
 }
 
 // HeartbeatStats returns what the mux's coalesced heartbeats did.
@@ -134,7 +144,7 @@ func (m *Mux) HeartbeatStats() HeartbeatStats {
 	h := m.hb
 	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
-		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(),
+		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(),
 	}
 	for _, g := range h.registered() {
 		if g.quiet.leading.Load() {
@@ -192,6 +202,10 @@ type hbFrame struct {
 	// because the receiving node was silent: their leader here is to
 	// heartbeat them for real again (quiet.go).
 	Woke []string `msgpack:"k,omitempty"`
+	// Opened are the groups the sending node opened with no leader known,
+	// whose first member is on the receiving node (elect.go;
+	// ProtocolCatchUp).
+	Opened []string `msgpack:"o,omitempty"`
 }
 
 // isHeartbeat reports whether an AppendEntries request is a heartbeat, as
@@ -218,6 +232,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		peers:           make(map[string]*hbPeer),
 		seen:            make(map[string]time.Time),
 		busy:            make(map[string]int),
+		opens:           make(map[string]time.Time),
 	}
 }
 
@@ -330,9 +345,11 @@ func (h *heartbeats) unregister(group string, g *voteGate) {
 
 // beat sends one group's heartbeat to member of group at addr, a node's
 // Raft address, and fills resp with the member's answer; quiet marks it a
-// quiet leader's, and acked says the member follows quietly. Closing
+// quiet leader's, and acked says the member follows quietly. A lazy
+// heartbeat (a quiet leader's real one, sent in the background) starts no
+// round of its own: it leaves with the next, a ping at the latest. Closing
 // cancel (the group's gate closing) gives up the wait.
-func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet bool, cancel <-chan struct{}) (acked bool, err error) {
+func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet, lazy bool, cancel <-chan struct{}) (acked bool, err error) {
 	if self := h.self.Load(); (self == nil || *self != string(args.Addr)) && len(args.Addr) > 0 {
 		a := string(args.Addr)
 		h.self.Store(&a)
@@ -350,7 +367,7 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 	if p == nil {
 		return false, errHeartbeatsClosed
 	}
-	p.enqueue(c)
+	p.enqueue(c, lazy)
 	h.sent.Add(1)
 	t := time.NewTimer(heartbeatRoundTimeout + h.window)
 	defer t.Stop()
@@ -435,15 +452,21 @@ type hbPeer struct {
 
 	mu    sync.Mutex
 	queue []*hbCall
-	wakes []string // groups whose quiet followers there are to wake
-	woke  []string // groups whose followers here woke, their leader there
+	notes hbNotes
+}
+
+// hbNotes are what a round tells besides its heartbeats (hbFrame).
+type hbNotes struct {
+	wake   []string // groups whose quiet followers there are to wake
+	woke   []string // groups whose followers here woke, their leader there
+	opened []string // groups opened here whose first member is there
 }
 
 // wakeLater tells the node's quiet followers of group to wake, with the
 // next round (a ping at the latest).
 func (p *hbPeer) wakeLater(group string) {
 	p.mu.Lock()
-	p.wakes = append(p.wakes, group)
+	p.notes.wake = append(p.notes.wake, group)
 	p.mu.Unlock()
 }
 
@@ -451,24 +474,40 @@ func (p *hbPeer) wakeLater(group string) {
 // round (a ping at the latest).
 func (p *hbPeer) wokeLater(group string) {
 	p.mu.Lock()
-	p.woke = append(p.woke, group)
+	p.notes.woke = append(p.notes.woke, group)
 	p.mu.Unlock()
 }
 
-// takeWakes returns the groups to wake and those whose followers woke,
-// and forgets them.
-func (p *hbPeer) takeWakes() (wake, woke []string) {
+// openedLater tells the node, with the next round (a ping at the
+// latest), that group's member here opened it with no leader known: the
+// group's first member there stands (elect.go).
+func (p *hbPeer) openedLater(group string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	wake, woke = p.wakes, p.woke
-	p.wakes, p.woke = nil, nil
-	return wake, woke
+	p.notes.opened = append(p.notes.opened, group)
+	p.mu.Unlock()
 }
 
-func (p *hbPeer) enqueue(c *hbCall) {
+// takeNotes returns what the next round tells besides its heartbeats, and
+// forgets it.
+func (p *hbPeer) takeNotes() hbNotes {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.notes
+	p.notes = hbNotes{}
+	return n
+}
+
+// enqueue queues a heartbeat for the next round, and starts one within
+// the window unless lazy. Quiet leaders' real heartbeats, a third of a
+// second each for a thousand groups, went in a round every window (25 ms)
+// per peer; lazy, they ride the pings.
+func (p *hbPeer) enqueue(c *hbCall, lazy bool) {
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
+	if lazy {
+		return
+	}
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -537,14 +576,16 @@ func (p *hbPeer) run() {
 		}
 		// At least one round: a ping when nothing is queued.
 		for calls, first := p.take(), true; first || len(calls) > 0; calls, first = p.take(), false {
+			if len(calls) > 0 {
+				idle.Reset(heartbeatIdle) // lazy heartbeats come without a wake
+			}
 			var err error
 			if conn == nil {
 				conn, err = p.dial()
 			}
 			if err == nil {
 				h.frames.Add(1)
-				wake, woke := p.takeWakes()
-				err = conn.round(calls, h.self.Load(), wake, woke)
+				err = conn.round(calls, h.self.Load(), p.takeNotes())
 				if err != nil {
 					conn.Close()
 					conn = nil
@@ -595,10 +636,9 @@ type hbConn struct {
 }
 
 // round sends calls as one frame, from the node at self (nil: not known
-// yet), with the groups to wake and those whose followers woke, reads the
-// answer and completes each call.
-func (c *hbConn) round(calls []*hbCall, self *string, wake, woke []string) error {
-	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: wake, Woke: woke}
+// yet), with notes, reads the answer and completes each call.
+func (c *hbConn) round(calls []*hbCall, self *string, notes hbNotes) error {
+	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: notes.wake, Woke: notes.woke, Opened: notes.opened}
 	if self != nil {
 		f.From = *self
 	}
@@ -717,6 +757,9 @@ func (h *heartbeats) serve(c net.Conn) {
 			if g := h.gate(group); g != nil && from != "" {
 				g.active()
 			}
+		}
+		for _, group := range f.Opened {
+			h.openedThere(group)
 		}
 		results := h.deliverAll(f.Beats, from, slots)
 		if f.From != "" {

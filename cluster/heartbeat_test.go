@@ -56,6 +56,7 @@ func heartbeatTotals(nodes []*testNode) HeartbeatStats {
 		s.AnsweredLocally += h.AnsweredLocally
 		s.QuietLeaders += h.QuietLeaders
 		s.QuietFollowers += h.QuietFollowers
+		s.StoodFirst += h.StoodFirst
 	}
 	return s
 }
@@ -136,7 +137,7 @@ func TestHeartbeatForAnotherMember(t *testing.T) {
 		{"g", "node-9", `heartbeat for member "node-9"`},
 		{"nope", nodes[1].id, `unknown group "nope"`},
 	} {
-		_, err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp, false, nil)
+		_, err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp, false, false, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("heartbeat for %s/%s: %v, want an error with %q", c.group, c.member, err, c.want)
 		}

@@ -69,6 +69,9 @@ type voteGate struct {
 	// vote requests of a retired server held back.
 	refused   atomic.Int64
 	campaigns atomic.Int64
+	// firstUntil, while this member is its group's first (elect.go) and
+	// has not stood yet: until when it stands on a notice (UnixNano).
+	firstUntil atomic.Int64
 	// catchUps, on a leader: per follower, whether its next idle append
 	// goes (pipeline.go).
 	catchUpMu sync.Mutex
@@ -181,7 +184,7 @@ func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, ar
 			return nil
 		}
 		quiet := g.quiet.leading.Load()
-		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet, g.stop)
+		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet, false, g.stop)
 		if quiet || acked {
 			g.heard(id, target, args.Term, acked, err)
 		}

@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// First elections (cluster/DESIGN.md, "First elections"). A group that
+// opens with no leader — just bootstrapped, or opened again by a node that
+// restarted — waits a heartbeat timeout (1–2 s at fabriqd's 1 s) before
+// one of its members stands, and its members may stand together and split
+// the vote. Instead, the group's voters agree on one of them, first (the
+// group id's hash over their sorted ids), and that member stands as soon
+// as another voter has the group open too: every other voter tells the
+// first one's node when it opens the group, with its next heartbeat round
+// (a ping at the latest). The others keep their heartbeat timeout, so a
+// first member that is down, or whose log is behind, costs what it costs
+// without this. A member that knows of a leader never stands early.
+const (
+	// firstWithin is how long after it opened a first member still stands
+	// on a notice, and how long a notice waits for the first member to
+	// open the group.
+	firstWithin = 30 * time.Second
+	// openNoticesMax bounds the notices waiting for their first member.
+	openNoticesMax = 4096
+)
+
+// first returns the member of voters that stands first in group.
+func first(group string, voters []raft.ServerID) raft.ServerID {
+	ids := slices.Clone(voters)
+	slices.Sort(ids)
+	h := fnv.New32a()
+	h.Write([]byte(group))
+	return ids[h.Sum32()%uint32(len(ids))]
+}
+
+// arrangeElection arranges the first election of a group that opened with
+// servers as its configuration and knows no leader: this member stands
+// once another voter has the group open, if it is the group's first;
+// otherwise it tells the first member's node that it has the group open.
+func (g *Group) arrangeElection(servers []Server) {
+	var voters []raft.ServerID
+	addrOf := map[raft.ServerID]string{}
+	for _, s := range servers {
+		if s.Voter {
+			voters = append(voters, raft.ServerID(s.ID))
+			addrOf[raft.ServerID(s.ID)] = s.Address
+		}
+	}
+	self := raft.ServerID(g.nodeID)
+	if len(voters) < 2 || !slices.Contains(voters, self) {
+		return
+	}
+	hb := g.gate.mux.hb
+	lead := first(g.id, voters)
+	if lead == self {
+		g.gate.firstUntil.Store(time.Now().Add(firstWithin).UnixNano())
+		if hb.takeOpened(g.id) {
+			g.gate.standFirst()
+		}
+		return
+	}
+	addr := addrOf[lead]
+	if g.gate.mux.Protocol(addr) < ProtocolCatchUp {
+		return
+	}
+	if p := hb.peer(addr); p != nil {
+		p.openedLater(g.id)
+	}
+}
+
+// standFirst makes this member stand for election now, if it is its
+// group's first member, opened within firstWithin, and knows of no leader.
+// Lowering Raft's heartbeat timeout wakes its follower loop at once, which
+// stands when it has heard from no leader within the timeout: so the
+// timeout is raised, then set back.
+func (g *voteGate) standFirst() {
+	until := g.firstUntil.Swap(0)
+	r := g.raft.Load()
+	if until == 0 || time.Now().UnixNano() > until || r == nil || r.State() != raft.Follower {
+		return
+	}
+	if addr, _ := r.LeaderWithID(); addr != "" {
+		return
+	}
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if g.quiet.under != "" {
+		return
+	}
+	cur := r.ReloadableConfig()
+	up := cur
+	up.HeartbeatTimeout = 2 * cur.HeartbeatTimeout
+	up.ElectionTimeout = max(up.ElectionTimeout, up.HeartbeatTimeout)
+	if err := r.ReloadConfig(up); err != nil {
+		g.mux.hb.logger.Warn("could not stand first in a group's election", "group", g.group, "error", err)
+		return
+	}
+	if err := r.ReloadConfig(cur); err != nil {
+		g.mux.hb.logger.Warn("could not set a group's heartbeat timeout back", "group", g.group, "error", err)
+		return
+	}
+	g.mux.hb.stoodFirst.Add(1)
+}
+
+// openedThere records that a member on another node opened group with no
+// leader known: the group's first member here stands, or, not open yet,
+// stands when it opens (takeOpened).
+func (h *heartbeats) openedThere(group string) {
+	now := time.Now()
+	h.mu.Lock()
+	for grp, at := range h.opens {
+		if now.Sub(at) > firstWithin || len(h.opens) >= openNoticesMax {
+			delete(h.opens, grp)
+		}
+	}
+	h.opens[group] = now
+	h.mu.Unlock()
+	// After the notice is recorded: a first member that opens meanwhile
+	// finds it there, or is found here.
+	if g := h.gate(group); g != nil && g.firstUntil.Load() != 0 && h.takeOpened(group) {
+		g.standFirst()
+	}
+}
+
+// takeOpened reports, and forgets, whether another node opened group
+// within firstWithin.
+func (h *heartbeats) takeOpened(group string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.opens[group]
+	delete(h.opens, group)
+	return ok && time.Since(at) <= firstWithin
+}

@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// slowElections are test timings under which no member stands before 10 s
+// of silence: a leader sooner is the first member's.
+func slowElections(c *GroupConfig) {
+	heartbeatTimings(c)
+	c.HeartbeatTimeout = 10 * time.Second
+	c.ElectionTimeout = 10 * time.Second
+	c.LeaderLeaseTimeout = 10 * time.Second
+}
+
+// A new group, and the same group opened again on every node, is led by
+// its first member long before any heartbeat timeout: the first member
+// stands once another voter has the group open.
+func TestFirstMemberStandsAtOnce(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	const group = "first"
+	gs := startGroup(t, nodes, group, slowElections)
+	var voters []raft.ServerID
+	for _, n := range nodes {
+		voters = append(voters, raft.ServerID(n.id))
+	}
+	want := first(group, voters)
+	check := func(gs []*testGroup, when string) {
+		t.Helper()
+		start := time.Now()
+		leader := waitLeader(t, gs) // gives up after 10 s: a heartbeat timeout
+		if raft.ServerID(leader.node.id) != want {
+			t.Fatalf("%s: led by %s after %v, want the first member %s", when, leader.node.id, time.Since(start), want)
+		}
+	}
+	check(gs, "created")
+	applyAll(t, gs, "e")
+	waitEntries(t, gs, []string{"e"})
+
+	for _, g := range gs {
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first member opens last: the others' notices wait for it.
+	var again []*testGroup
+	var last *testNode
+	for _, n := range nodes {
+		if raft.ServerID(n.id) == want {
+			last = n
+			continue
+		}
+		again = append(again, openTestGroup(t, n, group, newTestFSM(filepath.Join(n.dir, group+"-stage-again"), true), slowElections))
+	}
+	again = append(again, openTestGroup(t, last, group, newTestFSM(filepath.Join(last.dir, group+"-stage-again"), true), slowElections))
+	check(again, "opened again")
+	waitEntries(t, again, []string{"e"})
+	if n := heartbeatTotals(nodes).StoodFirst; n != 2 {
+		t.Errorf("%d members stood first, want 2 (one per election)", n)
+	}
+}
