@@ -29,17 +29,17 @@ func TestClaimPartitionDirOnlyMovesForward(t *testing.T) {
 		}
 		return names
 	}
-	if err := n.claimPartitionDir(dir, "n3@54"); err != nil {
+	if err := n.claimPartitionDir(dir, "n3@54", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.claimPartitionDir(dir, "n3@101"); err != nil {
+	if err := n.claimPartitionDir(dir, "n3@101", nil); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"s-partition-0=n3@101", "s-partition-0@n3@54=n3@54"}
 	if got := list(); !slices.Equal(got, want) {
 		t.Fatalf("after the newer member: %v, want %v", got, want)
 	}
-	if err := n.claimPartitionDir(dir, "n3@54"); !errors.Is(err, errStaleMember) {
+	if err := n.claimPartitionDir(dir, "n3@54", nil); !errors.Is(err, errStaleMember) {
 		t.Fatalf("an older member's claim: %v", err)
 	}
 	if got := list(); !slices.Equal(got, want) {
@@ -47,13 +47,13 @@ func TestClaimPartitionDirOnlyMovesForward(t *testing.T) {
 	}
 	// The newest copy set aside (the node was moved away again) still
 	// outranks an old placement.
-	if err := n.claimPartitionDir(dir, "n3@120"); err != nil {
+	if err := n.claimPartitionDir(dir, "n3@120", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(dir, dir+"@n3@120"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.claimPartitionDir(dir, "n3@101"); !errors.Is(err, errStaleMember) {
+	if err := n.claimPartitionDir(dir, "n3@101", nil); !errors.Is(err, errStaleMember) {
 		t.Fatalf("a claim older than a copy set aside: %v", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -64,7 +64,7 @@ func TestClaimPartitionDirOnlyMovesForward(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(legacy, "log"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.claimPartitionDir(legacy, "n3"); err != nil {
+	if err := n.claimPartitionDir(legacy, "n3", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(legacy, "log")); err != nil {
