@@ -362,6 +362,29 @@ func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
 	return leader, err
 }
 
+// maxLeaderHints bounds the NotLeader hints atLeader follows.
+const maxLeaderHints = 3
+
+// atLeader runs attach on a connection to a partition's leader: it looks
+// the leader up, then follows the NotLeader hints attach's answer gives,
+// maxLeaderHints at most. After a failover the node asked may still route
+// to the old leader for a few seconds (gossip has not told it yet), while
+// the old leader already names the new one: without the hint, a producer
+// asked the same stale route again after each backoff.
+func (c *Client) atLeader(ctx context.Context, partition string, attach func(*cnx) error) error {
+	x, err := c.lookup(ctx, partition)
+	for hints := 0; err == nil; hints++ {
+		err = attach(x)
+		hint := leaderHint(err)
+		if hint == "" || hints == maxLeaderHints {
+			return err
+		}
+		c.logger.Debug("following a leader hint", "partition", partition, "to", hint)
+		x, err = c.conn(ctx, hint)
+	}
+	return err
+}
+
 // partitions returns a stream's partition count.
 func (c *Client) partitions(ctx context.Context, stream geofabric.Stream) (int, error) {
 	var n int

@@ -480,14 +480,44 @@ func (pc *partitionConsumer) start() {
 func (pc *partitionConsumer) connect(ctx context.Context) error {
 	c := pc.cons.c
 	o := &pc.cons.opts
-	x, err := c.lookup(ctx, pc.partition)
+	var x *cnx
+	var id uint64
+	err := c.atLeader(ctx, pc.partition, func(at *cnx) error {
+		x, id = at, c.requestID()
+		if !x.addConsumer(id, pc) {
+			return errConnLost
+		}
+		_, err := x.request(ctx, pc.subscribe(id))
+		if err != nil {
+			x.removeConsumer(id)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	id := c.requestID()
-	if !x.addConsumer(id, pc) {
+	if x.consumer(id) != pc {
+		// The broker closed it while the subscribe was answered (its
+		// partition moved): attach again.
 		return errConnLost
 	}
+	pc.mu.Lock()
+	if pc.closed {
+		pc.mu.Unlock()
+		x.removeConsumer(id)
+		return ErrClosed
+	}
+	pc.x, pc.id = x, id
+	pc.epoch++
+	pc.taken = 0
+	pc.mu.Unlock()
+	return x.send(ctx, &transport.Flow{ConsumerID: id, Permits: int64(o.ReceiverQueueSize)})
+}
+
+// subscribe is the Subscribe request of consumer id on this partition.
+func (pc *partitionConsumer) subscribe(id uint64) *transport.Subscribe {
+	c := pc.cons.c
+	o := &pc.cons.opts
 	sub := &transport.Subscribe{
 		RequestID:       c.requestID(),
 		ConsumerID:      id,
@@ -512,27 +542,7 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 		}
 		pc.mu.Unlock()
 	}
-	_, err = x.request(ctx, sub)
-	if err != nil {
-		x.removeConsumer(id)
-		return err
-	}
-	if x.consumer(id) != pc {
-		// The broker closed it while the subscribe was answered (its
-		// partition moved): attach again.
-		return errConnLost
-	}
-	pc.mu.Lock()
-	if pc.closed {
-		pc.mu.Unlock()
-		x.removeConsumer(id)
-		return ErrClosed
-	}
-	pc.x, pc.id = x, id
-	pc.epoch++
-	pc.taken = 0
-	pc.mu.Unlock()
-	return x.send(ctx, &transport.Flow{ConsumerID: id, Permits: int64(o.ReceiverQueueSize)})
+	return sub
 }
 
 func (pc *partitionConsumer) loop() {

@@ -316,23 +316,28 @@ func (pp *partitionProducer) start() {
 // reconnect then resends everything in flight with its sequence ids.
 func (pp *partitionProducer) connect(ctx context.Context, first bool) error {
 	c := pp.p.c
-	x, err := c.lookup(ctx, pp.partition)
+	var x *cnx
+	var id uint64
+	var ready *transport.ProducerReady
+	err := c.atLeader(ctx, pp.partition, func(at *cnx) error {
+		x, id = at, c.requestID()
+		if !x.addProducer(id, pp) {
+			return errConnLost
+		}
+		res, err := x.request(ctx, &transport.CreateProducer{RequestID: c.requestID(), ProducerID: id, Stream: pp.partition, ProducerName: pp.p.name})
+		if err != nil {
+			x.removeProducer(id)
+			return err
+		}
+		var ok bool
+		if ready, ok = res.(*transport.ProducerReady); !ok {
+			x.removeProducer(id)
+			return fmt.Errorf("client: unexpected answer %T to create producer", res)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	id := c.requestID()
-	if !x.addProducer(id, pp) {
-		return errConnLost
-	}
-	res, err := x.request(ctx, &transport.CreateProducer{RequestID: c.requestID(), ProducerID: id, Stream: pp.partition, ProducerName: pp.p.name})
-	if err != nil {
-		x.removeProducer(id)
-		return err
-	}
-	ready, ok := res.(*transport.ProducerReady)
-	if !ok {
-		x.removeProducer(id)
-		return fmt.Errorf("client: unexpected answer %T to create producer", res)
 	}
 	pp.mu.Lock()
 	defer pp.mu.Unlock()

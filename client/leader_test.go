@@ -1,0 +1,113 @@
+package client
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fabriq-io/fabriq/transport"
+)
+
+// fakeNode answers the commands a producer's attach sends: it says it
+// leads every partition it is asked about, and answers CreateProducer
+// with create (a ProducerReady, or an error).
+type fakeNode struct {
+	ln      net.Listener
+	create  func(*transport.CreateProducer) transport.Command
+	lookups atomic.Int64
+	creates atomic.Int64
+	wg      sync.WaitGroup
+}
+
+func startFakeNode(t *testing.T, create func(*transport.CreateProducer) transport.Command) *fakeNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &fakeNode{ln: ln, create: create}
+	n.wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.wg.Go(func() { n.serve(nc) })
+		}
+	})
+	t.Cleanup(func() { ln.Close(); n.wg.Wait() })
+	return n
+}
+
+func (n *fakeNode) addr() string { return n.ln.Addr().String() }
+
+func (n *fakeNode) serve(nc net.Conn) {
+	c, err := transport.NewConn(nc, transport.Config{})
+	if err != nil {
+		nc.Close()
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		cmd, err := c.Receive()
+		if err != nil {
+			return
+		}
+		var answer transport.Command
+		switch cmd := cmd.(type) {
+		case *transport.Connect:
+			answer = &transport.Connected{ProtocolVersion: transport.ProtocolVersion}
+		case *transport.Ping:
+			answer = &transport.Pong{}
+		case *transport.PartitionedMetadata:
+			answer = &transport.PartitionedMetadataResult{RequestID: cmd.RequestID, Partitions: 1}
+		case *transport.Lookup:
+			n.lookups.Add(1)
+			answer = &transport.LookupResult{RequestID: cmd.RequestID, Here: true}
+		case *transport.CreateProducer:
+			n.creates.Add(1)
+			answer = n.create(cmd)
+		case *transport.CloseProducer:
+			answer = &transport.Success{RequestID: cmd.RequestID}
+		default:
+			continue
+		}
+		if err := c.Send(ctx, answer); err != nil {
+			return
+		}
+	}
+}
+
+// A producer that attaches where a lookup pointed, and is told there that
+// another node leads now (the node asked had not heard of the failover
+// yet), attaches to that node at once: it does not ask the same stale
+// lookup again after a backoff.
+func TestProducerFollowsLeaderHint(t *testing.T) {
+	leader := startFakeNode(t, func(c *transport.CreateProducer) transport.Command {
+		return &transport.ProducerReady{RequestID: c.RequestID, ProducerName: c.ProducerName, LastSequenceID: -1}
+	})
+	old := startFakeNode(t, func(c *transport.CreateProducer) transport.Command {
+		return &transport.Error{RequestID: c.RequestID, Code: transport.CodeNotLeader, Message: "node n2 leads", LeaderHint: leader.addr()}
+	})
+	c, err := New(Options{URL: "fabriq://" + old.addr(), OperationTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.CreateProducer(context.Background(), ProducerOptions{Stream: "persistent://t/f/s"})
+	if err != nil {
+		t.Fatalf("create producer: %v", err)
+	}
+	defer p.Close()
+	if got := leader.creates.Load(); got != 1 {
+		t.Errorf("the leader was asked to create the producer %d times, want 1", got)
+	}
+	if got := old.lookups.Load() + leader.lookups.Load(); got != 1 {
+		t.Errorf("%d lookups, want 1: the hint is followed, not looked up again", got)
+	}
+}
