@@ -29,7 +29,11 @@
 //     reserved group HeartbeatGroup (HeartbeatStats counts them). A group
 //     idle for two seconds goes quiet: its leader answers most of its own
 //     heartbeats, its followers watch the leader's node instead
-//     (cluster/DESIGN.md, "Quiet groups").
+//     (cluster/DESIGN.md, "Quiet groups"). The same rounds say which
+//     followers hold entries they have not applied (their leader's next
+//     append goes; idle ones otherwise every 30 s), and which groups a
+//     node opened with no leader: each group's first member stands as soon
+//     as another voter has it open ("First elections").
 //   - Acceptor: an accept loop's listener that retries failed accepts (out
 //     of descriptors) with a backoff and logs once per burst of failures;
 //     the Mux and the broker's client port both accept through one.
