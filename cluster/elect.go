@@ -15,8 +15,8 @@ import (
 // the vote. Instead, the group's voters agree on one of them, first (the
 // group id's hash over their sorted ids), and that member stands as soon
 // as another voter has the group open too: every other voter tells the
-// first one's node when it opens the group, with its next heartbeat round
-// (a ping at the latest). The others keep their heartbeat timeout, so a
+// first one's node when it opens the group, in a heartbeat round within
+// the heartbeat window. The others keep their heartbeat timeout, so a
 // first member that is down, or whose log is behind, costs what it costs
 // without this. A member that knows of a leader never stands early.
 const (

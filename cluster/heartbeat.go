@@ -108,8 +108,9 @@ type heartbeats struct {
 	opens map[string]time.Time
 
 	sent, frames, delivered, refused atomic.Int64
-	// stoodFirst counts the first members that stood at once (elect.go).
-	stoodFirst atomic.Int64
+	// stoodFirst counts the first members that stood at once (elect.go);
+	// late the heartbeats their follower took late (errHeartbeatLate).
+	stoodFirst, late atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
 	// not sent (pipeline.go); local the heartbeats answered locally.
 	idleAppends, local atomic.Int64
@@ -384,6 +385,22 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 	if o.err != nil {
 		return false, fmt.Errorf("%w: %w", errUnanswered, o.err)
 	}
+	if o.res.Err == errHeartbeatLate {
+		// The follower's node handed the heartbeat to the follower, which
+		// takes it once it has written the new term: it is there, and
+		// hears its leader. Counted as contact, so that a leader whose
+		// followers are slow, not gone, keeps its lease. Taken as a
+		// failure, after a restart of every node (each follower writing
+		// hundreds of new terms at once) leaders lost their lease by the
+		// thousand, and every new election wrote more terms.
+		*resp = raft.AppendEntriesResponse{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: args.ProtocolVersion, ID: []byte(member), Addr: []byte(addr)},
+			Term:      args.Term,
+			Success:   true,
+		}
+		h.late.Add(1)
+		return false, nil
+	}
 	if o.res.Err == errHeartbeatBusy {
 		return false, fmt.Errorf("cluster: heartbeat to %s: %w: %s", addr, errUnanswered, o.res.Err)
 	}
@@ -478,13 +495,19 @@ func (p *hbPeer) wokeLater(group string) {
 	p.mu.Unlock()
 }
 
-// openedLater tells the node, with the next round (a ping at the
-// latest), that group's member here opened it with no leader known: the
-// group's first member there stands (elect.go).
+// openedLater tells the node, with a round within the heartbeat window,
+// that group's member here opened it with no leader known: the group's
+// first member there stands (elect.go).
 func (p *hbPeer) openedLater(group string) {
 	p.mu.Lock()
 	p.notes.opened = append(p.notes.opened, group)
 	p.mu.Unlock()
+	// Within the window, not at the next ping: a first election waits
+	// on it.
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 // takeNotes returns what the next round tells besides its heartbeats, and
@@ -794,8 +817,15 @@ const (
 	heartbeatSlowMax      = 256
 )
 
-// errHeartbeatBusy answers a heartbeat its group did not take in time.
+// errHeartbeatBusy answers a heartbeat the node could not hand to its
+// group: too many of the connection's deliveries are under way.
 const errHeartbeatBusy = "busy: the group did not take the heartbeat in time"
+
+// errHeartbeatLate answers a heartbeat handed to its group that had not
+// answered within heartbeatAnswerWithin (it writes a newer term to disk
+// first): it takes it, later. Nodes before ProtocolCatchUp answer such a
+// heartbeat errHeartbeatBusy.
+const errHeartbeatLate = "late: the group is taking the heartbeat"
 
 // deliverAll hands a round's heartbeats to their groups and returns their
 // answers in order, within heartbeatAnswerWithin. slots bounds the
@@ -836,7 +866,7 @@ func (h *heartbeats) deliverAll(beats []hbRequest, from string, slots chan struc
 		select {
 		case results[i] = <-out:
 		default:
-			results[i] = hbResult{Err: errHeartbeatBusy}
+			results[i] = hbResult{Err: errHeartbeatLate}
 		}
 	}
 	return results

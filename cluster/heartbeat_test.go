@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,5 +182,43 @@ func TestIdleFollowerAsksForTheCommitIndex(t *testing.T) {
 	// A new leader's first entry would have told it too.
 	if !leader.IsLeader() || leader.Term() != term {
 		t.Fatalf("the leader changed (term %d, then %d): the test proves nothing", term, leader.Term())
+	}
+}
+
+// A heartbeat its follower takes later than heartbeatAnswerWithin (it
+// writes a new term first) is contact: the leader's heartbeat succeeds,
+// and only one the follower's node could not hand over fails.
+func TestLateHeartbeatIsContact(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	g := openTestGroup(t, nodes[1], "g", newTestFSM(t.TempDir(), true), heartbeatTimings)
+	if err := g.Bootstrap(ctxTimeout(t, 5*time.Second), []Server{{ID: nodes[1].id, Address: nodes[1].addr(), Voter: true}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the single member to lead", g.IsLeader)
+	// The member's Raft, as the heartbeats reach it, stands for one that
+	// takes a while: it answers once released.
+	release := make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the group closes: it waits for the delivery
+	var taken atomic.Int64
+	slow := func(rpc raft.RPC) {
+		<-release
+		taken.Add(1)
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: true}, nil)
+	}
+	g.gate.heartbeat.Store(&slow)
+	args := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node-0"), Addr: []byte(nodes[0].addr())},
+		Term:      1,
+	}
+	var resp raft.AppendEntriesResponse
+	if _, err := nodes[0].mux.hb.beat(nodes[1].addr(), "g", nodes[1].id, args, &resp, false, false, nil); err != nil || !resp.Success {
+		t.Fatalf("a heartbeat its follower takes late: %v, success %v; want contact", err, resp.Success)
+	}
+	let()
+	eventually(t, 10*time.Second, "the follower to take the late heartbeat", func() bool { return taken.Load() == 1 })
+	if got := nodes[0].mux.hb.late.Load(); got != 1 {
+		t.Errorf("%d heartbeats counted late, want 1", got)
 	}
 }

@@ -33,7 +33,11 @@ const (
 	quietAfter           = 2 * time.Second
 	quietRealEvery       = 2 * time.Second
 	quietFollowerTimeout = 10 * time.Second
-	pingEvery            = 100 * time.Millisecond
+	// pingEvery is how often a node sends each other an empty round when
+	// it has no heartbeat for it: four in a quietWakeAfter. (100 ms at
+	// first: ten rounds a second each way per pair of nodes, which the
+	// quiet leaders' real heartbeats ride, for nothing.)
+	pingEvery = 250 * time.Millisecond
 	quietWakeAfter       = time.Second
 	// quietTick is how often the node looks at its groups: which leaders
 	// go quiet, which followers wake.
