@@ -37,8 +37,8 @@ const (
 	// it has no heartbeat for it: four in a quietWakeAfter. (100 ms at
 	// first: ten rounds a second each way per pair of nodes, which the
 	// quiet leaders' real heartbeats ride, for nothing.)
-	pingEvery = 250 * time.Millisecond
-	quietWakeAfter       = time.Second
+	pingEvery      = 250 * time.Millisecond
+	quietWakeAfter = time.Second
 	// quietTick is how often the node looks at its groups: which leaders
 	// go quiet, which followers wake.
 	quietTick = 100 * time.Millisecond
