@@ -469,7 +469,9 @@ func (g *Group) close() error {
 	if !raftStopped {
 		return fmt.Errorf("cluster: close group %s: raft did not stop within %v, store left open: %w", g.id, 2*g.cfg.ShutdownTimeout, ErrTimeout)
 	}
-	if err := errors.Join(g.store.Close(), g.stable.Close()); err != nil {
+	// The stable store first: it gives raft.db its last values.
+	serr := g.stable.Close()
+	if err := errors.Join(serr, g.store.Close()); err != nil {
 		return fmt.Errorf("cluster: close group %s: %w", g.id, err)
 	}
 	return nil

@@ -42,14 +42,28 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 // group's log (Raft handles that) without killing the node.
 //
 // Every write is mirrored, best effort, to the values raft-boltdb keeps
-// in raft.db, which is where older versions read them.
+// in raft.db, which is where older versions read them: soon after, by the
+// store's own goroutine (mirrorLoop), and before Close returns. Mirrored
+// as part of each write, a term or a vote cost a bolt commit, two more
+// syncs, before Raft could answer: after a restart of every node of a
+// thousand partitions, that doubled the time until every one was led.
+// A node that crashed may leave raft.db a moment behind: start it again
+// on this version, and stop it, before moving it back to an older one.
 type stableStore struct {
 	mu     sync.Mutex
 	f      *os.File
 	seq    uint64
-	vals   map[string][]byte
+	vals   map[string][]byte // replaced, never changed, by Set
 	mirror raft.StableStore
 	logger *slog.Logger
+
+	// mirrored are the values raft.db was last given (flushMu).
+	flushMu  sync.Mutex
+	mirrored map[string][]byte
+	dirty    chan struct{} // told, without blocking, after each Set
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
 var _ raft.StableStore = (*stableStore)(nil)
@@ -67,12 +81,75 @@ func openStableStore(dir string, mirror raft.StableStore, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	s := &stableStore{f: f, mirror: mirror, logger: logger}
+	s := &stableStore{f: f, mirror: mirror, logger: logger, mirrored: map[string][]byte{},
+		dirty: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.load(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("cluster: %s: %w", path, err)
 	}
+	for _, k := range raftStableKeys {
+		if v, err := mirror.Get([]byte(k)); err == nil {
+			s.mirrored[k] = v
+		}
+	}
+	go s.mirrorLoop()
+	if !s.mirroredAll() {
+		s.dirty <- struct{}{}
+	}
 	return s, nil
+}
+
+// mirrorLoop copies the values to raft.db after writes, until Close.
+func (s *stableStore) mirrorLoop() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.dirty:
+			s.flush()
+		case <-s.stop:
+			return
+		}
+		select {
+		case <-s.stop:
+			return // Close gives raft.db the rest
+		default:
+		}
+	}
+}
+
+// mirroredAll reports whether raft.db holds every value.
+func (s *stableStore) mirroredAll() bool {
+	s.mu.Lock()
+	vals := s.vals
+	s.mu.Unlock()
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	for k, v := range vals {
+		if !bytes.Equal(s.mirrored[k], v) {
+			return false
+		}
+	}
+	return true
+}
+
+// flush gives raft.db the values it does not hold yet, best effort.
+func (s *stableStore) flush() {
+	s.mu.Lock()
+	vals := s.vals
+	s.mu.Unlock()
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	for _, k := range raftStableKeys {
+		v, ok := vals[k]
+		if !ok || bytes.Equal(s.mirrored[k], v) {
+			continue
+		}
+		if err := s.mirror.Set([]byte(k), v); err != nil {
+			s.logger.Debug("raft.db did not take a copy of a stable value; the stable store has it", "key", k, "err", err)
+			continue
+		}
+		s.mirrored[k] = v
+	}
 }
 
 // createStableFile writes a new stable store holding the values mirror
@@ -200,8 +277,9 @@ func (s *stableStore) Set(key, val []byte) error {
 	}
 	s.seq++
 	s.vals = vals
-	if err := s.mirror.Set(key, val); err != nil {
-		s.logger.Debug("raft.db did not take a copy of a stable value; the stable store has it", "key", string(key), "err", err)
+	select {
+	case s.dirty <- struct{}{}:
+	default:
 	}
 	return nil
 }
@@ -235,5 +313,15 @@ func (s *stableStore) GetUint64(key []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// Close closes the file.
-func (s *stableStore) Close() error { return s.f.Close() }
+// Close stops the mirroring, gives raft.db the last values, and closes
+// the file. Close it before raft.db's store.
+func (s *stableStore) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.flush()
+		err = s.f.Close()
+	})
+	return err
+}

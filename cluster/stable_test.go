@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/fabriq-io/fabriq/tests/tmpfs"
@@ -62,10 +63,23 @@ func TestStableStore(t *testing.T) {
 	if err := s.Set([]byte("LastVoteCand"), []byte("n3")); err != nil {
 		t.Fatal(err)
 	}
-	if term, err := bolt.GetUint64([]byte("CurrentTerm")); err != nil || term != 11 {
-		t.Fatalf("raft.db's copy of the term: %d, %v", term, err)
+	eventually(t, 10*time.Second, "raft.db's copy of the term", func() bool {
+		term, err := bolt.GetUint64([]byte("CurrentTerm"))
+		return err == nil && term == 11
+	})
+	// What Close leaves in raft.db is the last of each value.
+	if err := s.SetUint64([]byte("CurrentTerm"), 12); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set([]byte("LastVoteCand"), []byte("n1")); err != nil {
+		t.Fatal(err)
 	}
 	s.Close()
+	term, terr := bolt.GetUint64([]byte("CurrentTerm"))
+	cand, cerr := bolt.Get([]byte("LastVoteCand"))
+	if terr != nil || cerr != nil || term != 12 || string(cand) != "n1" {
+		t.Fatalf("raft.db after Close: term %d (%v), candidate %q (%v); want 12, n1", term, terr, cand, cerr)
+	}
 	bolt.Close()
 	if fi, err := os.Stat(filepath.Join(dir, stableFile)); err != nil || fi.Size() != 2*stableSlotSize {
 		t.Fatalf("the stable file: %v, %v; want %d bytes", fi, err, 2*stableSlotSize)
@@ -74,9 +88,9 @@ func TestStableStore(t *testing.T) {
 	s, bolt = openTestStable(t, dir)
 	defer bolt.Close()
 	defer s.Close()
-	term, err := s.GetUint64([]byte("CurrentTerm"))
-	cand, _ := s.Get([]byte("LastVoteCand"))
-	if err != nil || term != 11 || string(cand) != "n3" {
+	term, err = s.GetUint64([]byte("CurrentTerm"))
+	cand, _ = s.Get([]byte("LastVoteCand"))
+	if err != nil || term != 12 || string(cand) != "n1" {
 		t.Fatalf("after reopening: term %d (%v), candidate %q", term, err, cand)
 	}
 }
@@ -182,4 +196,55 @@ func TestGroupSurvivesFullDisk(t *testing.T) {
 	}
 	applyAll(t, gs, cmds("c", 5)...)
 	waitEntries(t, gs, append(want, cmds("c", 5)...))
+}
+
+// gatedStable is a raft.StableStore whose writes wait for the gate: it
+// holds the mirroring of a stableStore in the middle of a copy.
+type gatedStable struct {
+	raft.StableStore
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedStable) Set(k, v []byte) error {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.StableStore.Set(k, v)
+}
+
+// Close gives raft.db the values the mirroring had not copied yet: a
+// downgraded node that was stopped reads its last term and vote.
+func TestStableStoreCloseMirrorsTheRest(t *testing.T) {
+	dir := t.TempDir()
+	bolt, err := raftboltdb.NewBoltStore(filepath.Join(dir, raftDBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	gated := &gatedStable{StableStore: bolt, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	s, err := openStableStore(dir, gated, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetUint64([]byte("CurrentTerm"), 5); err != nil {
+		t.Fatal(err)
+	}
+	<-gated.entered // the copy of term 5 is under way, held
+	if err := s.Set([]byte("LastVoteCand"), []byte("n2")); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	close(gated.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	term, terr := bolt.GetUint64([]byte("CurrentTerm"))
+	cand, cerr := bolt.Get([]byte("LastVoteCand"))
+	if terr != nil || cerr != nil || term != 5 || string(cand) != "n2" {
+		t.Fatalf("raft.db after Close: term %d (%v), candidate %q (%v); want 5, n2", term, terr, cand, cerr)
+	}
 }
