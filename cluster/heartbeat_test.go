@@ -123,11 +123,7 @@ func TestHeartbeatsToOlderNodes(t *testing.T) {
 // know, is refused, and nothing reaches Raft.
 func TestHeartbeatForAnotherMember(t *testing.T) {
 	nodes := newTestNodes(t, 2)
-	g := openTestGroup(t, nodes[1], "g", newTestFSM(t.TempDir(), true), heartbeatTimings)
-	if err := g.Bootstrap(ctxTimeout(t, 5*time.Second), []Server{{ID: nodes[1].id, Address: nodes[1].addr(), Voter: true}}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the single member to lead", g.IsLeader)
+	g := singleMember(t, nodes[1])
 	term := g.Term()
 	args := &raft.AppendEntriesRequest{
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node-0"), Addr: []byte(nodes[0].addr())},
@@ -185,16 +181,23 @@ func TestIdleFollowerAsksForTheCommitIndex(t *testing.T) {
 	}
 }
 
-// A heartbeat its follower takes later than heartbeatAnswerWithin (it
-// writes a new term first) is contact: the leader's heartbeat succeeds,
-// and only one the follower's node could not hand over fails.
-func TestLateHeartbeatIsContact(t *testing.T) {
-	nodes := newTestNodes(t, 2)
-	g := openTestGroup(t, nodes[1], "g", newTestFSM(t.TempDir(), true), heartbeatTimings)
-	if err := g.Bootstrap(ctxTimeout(t, 5*time.Second), []Server{{ID: nodes[1].id, Address: nodes[1].addr(), Voter: true}}); err != nil {
+// singleMember starts group "g" on node alone and waits until it leads.
+func singleMember(t *testing.T, node *testNode) *testGroup {
+	t.Helper()
+	g := openTestGroup(t, node, "g", newTestFSM(t.TempDir(), true), heartbeatTimings)
+	if err := g.Bootstrap(ctxTimeout(t, 5*time.Second), []Server{{ID: node.id, Address: node.addr(), Voter: true}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the single member to lead", g.IsLeader)
+	return g
+}
+
+// A heartbeat its follower takes later than heartbeatAnswerWithin (it
+// writes a new term first) is contact: the leader's heartbeat succeeds,
+// and the follower takes it once it can.
+func TestLateHeartbeatIsContact(t *testing.T) {
+	nodes := newTestNodes(t, 2)
+	g := singleMember(t, nodes[1])
 	// The member's Raft, as the heartbeats reach it, stands for one that
 	// takes a while: it answers once released.
 	release := make(chan struct{})

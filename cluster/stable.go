@@ -93,9 +93,7 @@ func openStableStore(dir string, mirror raft.StableStore, logger *slog.Logger) (
 		}
 	}
 	go s.mirrorLoop()
-	if !s.mirroredAll() {
-		s.dirty <- struct{}{}
-	}
+	s.dirty <- struct{}{} // raft.db may lack a value: an earlier copy failed
 	return s, nil
 }
 
@@ -115,21 +113,6 @@ func (s *stableStore) mirrorLoop() {
 		default:
 		}
 	}
-}
-
-// mirroredAll reports whether raft.db holds every value.
-func (s *stableStore) mirroredAll() bool {
-	s.mu.Lock()
-	vals := s.vals
-	s.mu.Unlock()
-	s.flushMu.Lock()
-	defer s.flushMu.Unlock()
-	for k, v := range vals {
-		if !bytes.Equal(s.mirrored[k], v) {
-			return false
-		}
-	}
-	return true
 }
 
 // flush gives raft.db the values it does not hold yet, best effort.
