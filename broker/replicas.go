@@ -155,7 +155,8 @@ func copiesSetAside(parent string) map[string][]string {
 }
 
 // asideListing lists the copies set aside in each parent directory once
-// for many partitions opened together: each partition's own look read the
+// for many partitions looked at together (opened, or swept for copies to
+// delete): each partition's own look read the
 // whole directory, and a node restarting with a thousand partitions of a
 // fabric spent a sixth of its CPU listing it again for each. Safe for
 // concurrent use; a nil listing reads the directory at every call.
@@ -195,20 +196,14 @@ func (n *Node) removeRetiredCopies() {
 	n.mu.Unlock()
 	// Each parent directory is read once per pass, not once per
 	// partition: a node holds hundreds of partitions of a fabric.
-	asideIn := map[string]map[string][]string{} // parent → leaf → copies set aside
+	listing := new(asideListing)
 	for _, lp := range parts {
 		dir, err := n.partitionDir(lp.Name())
 		if err != nil {
 			n.logger.Error("partition without a directory", "partition", lp.Name(), "err", err)
 			continue
 		}
-		parent, leaf := filepath.Split(dir)
-		byLeaf, ok := asideIn[parent]
-		if !ok {
-			byLeaf = copiesSetAside(parent)
-			asideIn[parent] = byLeaf
-		}
-		aside := byLeaf[leaf]
+		aside := listing.of(dir)
 		if len(aside) == 0 {
 			continue
 		}

@@ -95,15 +95,9 @@ func (g *voteGate) standFirst() {
 	up := cur
 	up.HeartbeatTimeout = 2 * cur.HeartbeatTimeout
 	up.ElectionTimeout = max(up.ElectionTimeout, up.HeartbeatTimeout)
-	if err := r.ReloadConfig(up); err != nil {
-		g.mux.hb.logger.Warn("could not stand first in a group's election", "group", g.group, "error", err)
-		return
+	if g.reload(r, up) && g.reload(r, cur) {
+		g.mux.hb.stoodFirst.Add(1)
 	}
-	if err := r.ReloadConfig(cur); err != nil {
-		g.mux.hb.logger.Warn("could not set a group's heartbeat timeout back", "group", g.group, "error", err)
-		return
-	}
-	g.mux.hb.stoodFirst.Add(1)
 }
 
 // openedThere records that a member on another node opened group with no
@@ -112,12 +106,18 @@ func (g *voteGate) standFirst() {
 func (h *heartbeats) openedThere(group string) {
 	now := time.Now()
 	h.mu.Lock()
-	for grp, at := range h.opens {
-		if now.Sub(at) > firstWithin || len(h.opens) >= openNoticesMax {
-			delete(h.opens, grp)
+	if len(h.opens) >= openNoticesMax {
+		// Full: the expired go (takeOpened ignores them anyway), and
+		// while none has expired, new notices are not kept.
+		for grp, at := range h.opens {
+			if now.Sub(at) > firstWithin {
+				delete(h.opens, grp)
+			}
 		}
 	}
-	h.opens[group] = now
+	if len(h.opens) < openNoticesMax {
+		h.opens[group] = now
+	}
 	h.mu.Unlock()
 	// After the notice is recorded: a first member that opens meanwhile
 	// finds it there, or is found here.

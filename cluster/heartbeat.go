@@ -136,8 +136,10 @@ type HeartbeatStats struct {
 	QuietLeaders, QuietFollowers int
 	// StoodFirst is the members of groups opened here with no leader
 	// known that stood at once, as their group's first member, when
-	// another voter had the group open (elect.go).
-	StoodFirst int64
+	// another voter had the group open (elect.go). Late is the
+	// heartbeats this node's leaders sent whose follower took them after
+	// the round's answer, counted as contact (errHeartbeatLate).
+	StoodFirst, Late int64
 }
 
 // HeartbeatStats returns what the mux's coalesced heartbeats did.
@@ -145,7 +147,7 @@ func (m *Mux) HeartbeatStats() HeartbeatStats {
 	h := m.hb
 	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
-		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(),
+		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(),
 	}
 	for _, g := range h.registered() {
 		if g.quiet.leading.Load() {

@@ -221,7 +221,7 @@ func TestLateHeartbeatIsContact(t *testing.T) {
 	}
 	let()
 	eventually(t, 10*time.Second, "the follower to take the late heartbeat", func() bool { return taken.Load() == 1 })
-	if got := nodes[0].mux.hb.late.Load(); got != 1 {
+	if got := nodes[0].mux.HeartbeatStats().Late; got != 1 {
 		t.Errorf("%d heartbeats counted late, want 1", got)
 	}
 }
