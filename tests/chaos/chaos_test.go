@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -278,10 +279,11 @@ func TestChaos(t *testing.T) {
 	// no missing one arrived for a minute (other records, such as a
 	// refused consumer's attempts, do not count as progress).
 	var undelivered Undelivered
-	last, lastMissing := time.Now(), -1
+	drainStart := time.Now()
+	last, lastMissing, missing := time.Now(), -1, -1
 	tick := time.NewTicker(200 * time.Millisecond)
 	for range tick.C {
-		missing, _ := undelivered.Update(h)
+		missing, _ = undelivered.Update(h)
 		if missing == 0 || time.Since(last) > time.Minute || ctx.Err() != nil {
 			break
 		}
@@ -290,6 +292,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	t.Logf("drain: %d acknowledged sends undelivered after %s", missing, time.Since(drainStart).Round(time.Millisecond))
 	stopConsuming()
 	wg.Wait()
 	close(errs)
@@ -331,13 +334,14 @@ func TestChaos(t *testing.T) {
 	for _, w := range workloads {
 		streams = append(streams, w.Stream)
 	}
+	var failures []string
 	placement, err := Placement(wctx, url, streams)
 	if err != nil {
-		t.Errorf("placement: %v", err)
+		failures = append(failures, fmt.Sprintf("placement: %v", err))
 		s.Valid = false
 	}
 	if err := WaitCaughtUp(wctx, cl, streams, placement); err != nil {
-		t.Errorf("%v", err)
+		failures = append(failures, err.Error())
 		s.Valid = false
 	}
 	wcancel()
@@ -361,6 +365,10 @@ func TestChaos(t *testing.T) {
 		t.Errorf("heal: %v", herr)
 	}
 	if !s.Valid {
+		// The failed checks last, where the tail of a long log shows them.
+		for _, f := range append(failures, s.failed()...) {
+			t.Errorf("failed: %s", f)
+		}
 		t.Errorf("invalid run; history, plan and node logs in %s", runDir)
 		return
 	}
@@ -371,4 +379,26 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	os.RemoveAll(filepath.Join(runDir, "data")) // a valid run keeps its history and logs, not its data
+}
+
+// failed names each check of the run that did not hold, with its result.
+func (s summary) failed() []string {
+	var out []string
+	add := func(name string, valid bool, result any) {
+		if !valid {
+			js, _ := json.Marshal(result)
+			out = append(out, fmt.Sprintf("%s: %s", name, js))
+		}
+	}
+	for _, st := range slices.Sorted(maps.Keys(s.Queue)) {
+		add("queue "+st, s.Queue[st].Valid, s.Queue[st])
+		add("appends "+st, s.Appends[st].Valid, s.Appends[st])
+		add("cursors "+st, s.Cursors[st].Valid, s.Cursors[st])
+		if o, ok := s.Order[st]; ok {
+			add("order "+st, o.Valid, o)
+		}
+	}
+	add("replicas", s.Replicas.Valid, s.Replicas)
+	add("on nodes", s.OnNodes.Valid, s.OnNodes)
+	return out
 }
