@@ -296,9 +296,10 @@ func TestChaos(t *testing.T) {
 	stopConsuming()
 	wg.Wait()
 	close(errs)
+	var failures []string
 	for err := range errs {
 		if err != nil {
-			t.Errorf("workload: %v", err)
+			failures = append(failures, fmt.Sprintf("workload: %v", err))
 		}
 	}
 	ops := h.Ops()
@@ -334,7 +335,6 @@ func TestChaos(t *testing.T) {
 	for _, w := range workloads {
 		streams = append(streams, w.Stream)
 	}
-	var failures []string
 	placement, err := Placement(wctx, url, streams)
 	if err != nil {
 		failures = append(failures, fmt.Sprintf("placement: %v", err))
@@ -364,11 +364,11 @@ func TestChaos(t *testing.T) {
 	if herr != nil {
 		t.Errorf("heal: %v", herr)
 	}
+	// The failed checks last, where the tail of a long log shows them.
+	for _, f := range append(failures, s.failed()...) {
+		t.Errorf("failed: %s", f)
+	}
 	if !s.Valid {
-		// The failed checks last, where the tail of a long log shows them.
-		for _, f := range append(failures, s.failed()...) {
-			t.Errorf("failed: %s", f)
-		}
 		t.Errorf("invalid run; history, plan and node logs in %s", runDir)
 		return
 	}
