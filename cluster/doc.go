@@ -29,7 +29,9 @@
 //     reserved group HeartbeatGroup (HeartbeatStats counts them). A group
 //     idle for two seconds goes quiet: its leader answers most of its own
 //     heartbeats, its followers watch the leader's node instead
-//     (cluster/DESIGN.md, "Quiet groups"). The same rounds say which
+//     (cluster/DESIGN.md, "Quiet groups"), and when its process is gone
+//     (its connection ended and its port refuses) each group's successor
+//     stands at once. The same rounds say which
 //     followers hold entries they have not applied (their leader's next
 //     append goes; idle ones otherwise every 30 s), and which groups a
 //     node opened with no leader: each group's first member stands as soon

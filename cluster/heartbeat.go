@@ -106,11 +106,17 @@ type heartbeats struct {
 	// opens are the groups other nodes opened with no leader known,
 	// waiting for their first member here to open (elect.go).
 	opens map[string]time.Time
+	// gone are the nodes, by Raft address, whose connection ended without
+	// a timeout and whose port then refused a connection: their process
+	// is gone (successor.go). A round from the node clears it.
+	gone map[string]time.Time
 
 	sent, frames, delivered, refused atomic.Int64
 	// stoodFirst counts the first members that stood at once (elect.go);
-	// late the heartbeats their follower took late (errHeartbeatLate).
-	stoodFirst, late atomic.Int64
+	// late the heartbeats their follower took late (errHeartbeatLate);
+	// stoodForGone the successors that stood for a leader whose process
+	// was gone (successor.go).
+	stoodFirst, late, stoodForGone atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
 	// not sent (pipeline.go); local the heartbeats answered locally.
 	idleAppends, local atomic.Int64
@@ -140,6 +146,10 @@ type HeartbeatStats struct {
 	// heartbeats this node's leaders sent whose follower took them after
 	// the round's answer, counted as contact (errHeartbeatLate).
 	StoodFirst, Late int64
+	// StoodForGone is the quiet followers here that stood for election at
+	// once, as their group's successor, when the process of their leader's
+	// node was gone (successor.go).
+	StoodForGone int64
 }
 
 // HeartbeatStats returns what the mux's coalesced heartbeats did.
@@ -147,7 +157,7 @@ func (m *Mux) HeartbeatStats() HeartbeatStats {
 	h := m.hb
 	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
-		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(),
+		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(), StoodForGone: h.stoodForGone.Load(),
 	}
 	for _, g := range h.registered() {
 		if g.quiet.leading.Load() {
@@ -236,6 +246,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		seen:            make(map[string]time.Time),
 		busy:            make(map[string]int),
 		opens:           make(map[string]time.Time),
+		gone:            make(map[string]time.Time),
 	}
 }
 
@@ -254,10 +265,11 @@ func (h *heartbeats) ticks() {
 	for {
 		select {
 		case now := <-t.C:
-			heard := h.heard(now)
+			heard, gone := h.heard(now)
 			for _, g := range h.registered() {
-				g.tick(now, heard)
+				g.tick(now, heard, gone)
 			}
+
 		case <-h.done:
 			return
 		}
@@ -292,19 +304,29 @@ func (h *heartbeats) fresh(addr string, within time.Duration) bool {
 // node's silence. One look for every group of a tick: asked once per
 // quiet follower, under the lock the rounds take, it was a tenth of an
 // idle node's CPU.
-func (h *heartbeats) heard(now time.Time) map[string]bool {
+func (h *heartbeats) heard(now time.Time) (heard, gone map[string]bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[string]bool, len(h.seen))
+	heard = make(map[string]bool, len(h.seen))
+	for addr, t := range h.gone {
+		if now.Sub(t) > goneFor {
+			delete(h.gone, addr)
+			continue
+		}
+		if gone == nil {
+			gone = make(map[string]bool, len(h.gone))
+		}
+		gone[addr] = true
+	}
 	if now.UnixNano() < h.deaf.Load() {
-		return out
+		return heard, gone
 	}
 	for addr, t := range h.seen {
 		if h.busy[addr] > 0 || now.Sub(t) < quietWakeAfter {
-			out[addr] = true
+			heard[addr] = true
 		}
 	}
-	return out
+	return heard, gone
 }
 
 // close stops every sender and receiver, failing the heartbeats waiting,
@@ -733,11 +755,13 @@ func (h *heartbeats) serve(c net.Conn) {
 	defer h.wg.Done()
 	defer c.Close()
 	var from string
+	var readErr error
 	defer func() {
 		if from != "" {
 			h.mu.Lock()
 			delete(h.seen, from)
 			h.mu.Unlock()
+			h.maybeGone(from, readErr)
 		}
 	}()
 	r := bufio.NewReader(c)
@@ -748,6 +772,7 @@ func (h *heartbeats) serve(c net.Conn) {
 		}
 		frame, err := readFrame(r)
 		if err != nil {
+			readErr = err
 			return
 		}
 		if len(frame) < 8 {
@@ -765,6 +790,7 @@ func (h *heartbeats) serve(c net.Conn) {
 			h.mu.Lock()
 			h.seen[from] = time.Now()
 			h.busy[from]++
+			delete(h.gone, from)
 			h.mu.Unlock()
 		}
 		for _, group := range f.Wake {

@@ -59,7 +59,9 @@ func heartbeatTotals(nodes []*testNode) HeartbeatStats {
 		s.QuietLeaders += h.QuietLeaders
 		s.QuietFollowers += h.QuietFollowers
 		s.StoodFirst += h.StoodFirst
+		s.StoodForGone += h.StoodForGone
 	}
+
 	return s
 }
 

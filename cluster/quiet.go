@@ -234,18 +234,18 @@ func (g *voteGate) followQuietly(from string) bool {
 	return true
 }
 
-// wake gives this member its normal timeouts back. Only a member quiet
-// under from (any, when from is empty) wakes. With silent (the leader's
+// wake gives this member its normal timeouts back, and reports whether it
+// woke. Only a member quiet under from (any, when from is empty) wakes. With silent (the leader's
 // node has gone silent), the follower's heartbeat timeout counts from now:
 // it campaigns if the silence lasts another heartbeat timeout, as an awake
 // follower does, rather than at once on a last contact up to
 // quietRealEvery old. A node held up for half a second otherwise had both
 // followers of each group it led campaign together, and they elected.
-func (g *voteGate) wake(from string, silent bool) {
+func (g *voteGate) wake(from string, silent bool) bool {
 	g.quiet.mu.Lock()
 	if g.quiet.under == "" || (from != "" && g.quiet.under != from) {
 		g.quiet.mu.Unlock()
-		return
+		return false
 	}
 	r := g.raft.Load()
 	woke := r != nil && g.reload(r, g.quiet.base)
@@ -262,6 +262,7 @@ func (g *voteGate) wake(from string, silent bool) {
 			p.wokeLater(g.group)
 		}
 	}
+	return woke
 }
 
 // contactNow has a follower's Raft take a heartbeat of its leader's, as
@@ -304,7 +305,7 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 // and whether a quiet member wakes: it is not a follower any more, or the
 // leader's node has been silent for quietWakeAfter (it is not in heard,
 // heartbeats.heard).
-func (g *voteGate) tick(now time.Time, heard map[string]bool) {
+func (g *voteGate) tick(now time.Time, heard, gone map[string]bool) {
 	r := g.raft.Load()
 	if r == nil {
 		return
@@ -331,7 +332,10 @@ func (g *voteGate) tick(now time.Time, heard map[string]bool) {
 	switch {
 	case state != raft.Follower:
 		g.wake(under, false)
+	case gone[under]:
+		g.succeed(under)
 	case !heard[under]:
 		g.wake(under, true)
 	}
+
 }

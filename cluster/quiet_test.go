@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // quietNodes are three nodes whose groups go quiet after idle, and whose
@@ -147,5 +150,71 @@ func TestQuietFollowersRideOutAMomentOfSilence(t *testing.T) {
 	waitQuiet(t, nodes, groups)
 	if after := termsOf(gs); strings.Join(after, "\n") != strings.Join(before, "\n") {
 		t.Fatalf("a moment of silence made groups elect:\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
+	}
+}
+
+// When a quiet leader's process is gone — its connections end at once and
+// its port refuses — each group it led is taken over by its successor at
+// once, the other follower granting the transfer though it still knew the
+// old leader. The followers' own heartbeat timeout is long (3 s, six
+// times the lease here) so that, without the successor, a woken follower
+// stood only after it, whichever came first, and none counted as a
+// successor.
+func TestSuccessorStandsWhenLeaderProcessGoes(t *testing.T) {
+	nodes := quietNodes(t, 500*time.Millisecond, 5*time.Minute)
+	const groups = 6
+	gs := make([][]*testGroup, groups)
+	for i := range gs {
+		gs[i] = startGroup(t, nodes, fmt.Sprintf("g%02d", i), func(c *GroupConfig) {
+			heartbeatTimings(c)
+			c.HeartbeatTimeout = 3 * time.Second
+			c.ElectionTimeout = 3 * time.Second
+		})
+	}
+	for _, g := range gs {
+		waitLeader(t, g)
+	}
+	waitQuiet(t, nodes, groups)
+	dead := waitLeader(t, gs[0]).node
+	// The successor of each group the dead node leads: the other voters'
+	// first.
+	want := map[string]raft.ServerID{}
+	for _, g := range gs {
+		if waitLeader(t, g).node != dead {
+			continue
+		}
+		var rest []raft.ServerID
+		for _, m := range g {
+			if m.node != dead {
+				rest = append(rest, raft.ServerID(m.node.id))
+			}
+		}
+		want[g[0].ID()] = first(g[0].ID(), rest)
+	}
+	// The process goes: its listener and every connection close at once,
+	// and nothing listens at its port any more; its groups run on, cut off.
+	if err := dead.mux.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gs {
+		var alive []*testGroup
+		for _, m := range g {
+			if m.node != dead {
+				alive = append(alive, m)
+			}
+		}
+		led := waitLeader(t, alive)
+		if s, ok := want[g[0].ID()]; ok && raft.ServerID(led.node.id) != s {
+			t.Errorf("%s: led by %s after its leader's process went, want its successor %s", g[0].ID(), led.node.id, s)
+		}
+	}
+	var alive []*testNode
+	for _, n := range nodes {
+		if n != dead {
+			alive = append(alive, n)
+		}
+	}
+	if got := heartbeatTotals(alive).StoodForGone; got != int64(len(want)) {
+		t.Errorf("%d successors stood, want one for each of the %d groups the gone node led", got, len(want))
 	}
 }

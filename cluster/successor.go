@@ -1,0 +1,157 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Successors (cluster/DESIGN.md, "Quiet groups"). When a quiet leader's
+// node goes, its quiet followers wake, and each campaigns one to two
+// heartbeat timeouts later if no leader appears, as awake followers do:
+// the one whose timer fires first stands, and the other, which still
+// knows the old leader until its own timer fires, refuses its pre-vote,
+// so the group often waits for both timers, or for an election timeout.
+//
+// A process that dies on a host that stays up leaves more certain
+// evidence than silence: its connections end at once, without a timeout,
+// and its port refuses new ones. When both hold, the node marks it gone
+// for goneFor, and at the next quiet tick the followers quiet under it
+// agree on one successor per group, the group's voters other than the
+// leader hashed as for a first election (elect.go). The successor stands
+// at once, as a member told to by its leader's TimeoutNow stands: its
+// RequestVote says it is a leadership transfer, which the other voter
+// grants though it still knows the old leader, if the candidate's log is
+// as long as its own and the term is new. The other followers wake as
+// before (their timeout counts from the wake): a successor that is
+// behind, retired or itself gone costs what waking alone costs.
+//
+// Nothing of Raft's safety changes: a vote is still one per term and for a
+// log at least as long, and a commit still needs a majority's appends. The
+// transfer mark only skips the check that a voter knows of no leader,
+// which keeps a live leader from being disturbed; a successor stands only
+// when the leader's process is gone.
+const (
+	// goneFor is how long a node stays marked gone after the probe found
+	// its port closed, unless a round from it comes first.
+	goneFor = 10 * time.Second
+	// goneProbeTimeout bounds the probe's dial.
+	goneProbeTimeout = 500 * time.Millisecond
+)
+
+// maybeGone is told that the connection of the node at from ended with
+// err. An end without a timeout (the peer's kernel closed or reset it)
+// makes the node dial the peer's Raft port once: refused, the peer's
+// process is gone.
+func (h *heartbeats) maybeGone(from string, err error) {
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.wg.Add(1)
+	go h.probe(from)
+}
+
+// probe dials the node at addr and marks it gone if its port refuses.
+func (h *heartbeats) probe(addr string) {
+	defer h.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), goneProbeTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.Close()
+		return
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return
+	}
+	h.mu.Lock()
+	_, known := h.gone[addr]
+	h.gone[addr] = time.Now()
+	h.mu.Unlock()
+	if !known {
+		h.logger.Info("a node's Raft port refuses connections after its connection ended: its quiet groups' successors stand", "node", addr)
+	}
+}
+
+// succeed is the quiet tick's for a follower quiet under the node at
+// under, whose process is gone: the follower wakes, and stands at once if
+// it is its group's successor; otherwise it campaigns one heartbeat
+// timeout after the wake, as a follower that woke on silence does.
+func (g *voteGate) succeed(under string) {
+	r := g.raft.Load()
+	if r == nil {
+		return
+	}
+	addr, id := r.LeaderWithID()
+	if string(addr) != under || id == "" || g.retired.Load() || successor(g.group, r, id) != g.local {
+		g.wake(under, true)
+		return
+	}
+	if !g.wake(under, false) {
+		return
+	}
+	rpc := raft.RPC{
+		Command: &raft.TimeoutNowRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)},
+		},
+		RespChan: make(chan raft.RPCResponse, 1),
+	}
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if g.quiet.closed {
+		return
+	}
+	g.mux.hb.stoodForGone.Add(1)
+	g.wg.Add(1)
+	go func() { // Raft's main loop takes it when it is free
+		defer g.wg.Done()
+		select {
+		case g.out <- rpc:
+		case <-g.stop:
+		}
+	}()
+}
+
+// successor returns the voter of r's configuration that stands first when
+// leader goes: the group's hash over the other voters' ids (first); empty
+// when the configuration cannot be read or leaves no voter.
+func successor(group string, r *raft.Raft, leader raft.ServerID) raft.ServerID {
+	f := r.GetConfiguration() // answered at once, from memory
+	if f.Error() != nil {
+		return ""
+	}
+	var voters []raft.ServerID
+	leaderVotes := false
+	for _, s := range f.Configuration().Servers {
+		switch {
+		case s.Suffrage != raft.Voter:
+		case s.ID == leader:
+			leaderVotes = true
+		default:
+			voters = append(voters, s.ID)
+		}
+	}
+	if !leaderVotes || len(voters) == 0 {
+		return ""
+	}
+	return first(group, voters)
+
+}
