@@ -1069,6 +1069,9 @@ func hostOf(a net.Addr) string {
 // goes, and no send fails for its departure), then closes it. ctx bounds
 // the hand-over; Close follows whatever happens.
 func (n *Node) Shutdown(ctx context.Context) error {
+	if n.mux != nil {
+		n.mux.Leave()
+	}
 	n.mu.Lock()
 	parts := make([]*localPartition, 0, len(n.partitions)+len(n.retired))
 	for _, lp := range n.partitions {
@@ -1194,6 +1197,9 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	if n.mux != nil {
+		n.mux.Leave()
+	}
 	sessions := make([]*session.Session, 0, len(n.sessions))
 	for s := range n.sessions {
 		sessions = append(sessions, s)

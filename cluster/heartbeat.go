@@ -110,6 +110,8 @@ type heartbeats struct {
 	// a timeout and whose port then refused a connection: their process
 	// is gone (successor.go). A round from the node clears it.
 	gone map[string]time.Time
+	// leaving is set when the node stops (Mux.Leave).
+	leaving atomic.Bool
 
 	sent, frames, delivered, refused atomic.Int64
 	// stoodFirst counts the first members that stood at once (elect.go);

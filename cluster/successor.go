@@ -101,7 +101,7 @@ func (g *voteGate) succeed(under string) {
 		return
 	}
 	addr, id := r.LeaderWithID()
-	if string(addr) != under || id == "" || g.retired.Load() || successor(g.group, r, id) != g.local {
+	if string(addr) != under || id == "" || g.retired.Load() || g.mux.hb.leaving.Load() || successor(g.group, r, id) != g.local {
 		g.wake(under, true)
 		return
 	}
@@ -129,6 +129,11 @@ func (g *voteGate) succeed(under string) {
 		}
 	}()
 }
+
+// Leave tells the mux that its node is stopping: its quiet followers no
+// longer stand as successors of a gone leader (they wake as on silence),
+// so that a cluster stopped all at once does not elect on its way down.
+func (m *Mux) Leave() { m.hb.leaving.Store(true) }
 
 // successor returns the voter of r's configuration that stands first when
 // leader goes: the group's hash over the other voters' ids (first); empty

@@ -29,8 +29,9 @@ var (
 
 const (
 	busyPartitions = 10
-	// idleBeforeKill is how long the cluster stands idle before each kill:
-	// longer than a group takes to go quiet (cluster's quietAfter, 2 s).
+	// idleBeforeKill is how long the partitions killed stand idle before
+	// each kill, their producers made: longer than a group takes to go
+	// quiet (cluster's quietAfter, 2 s).
 	idleBeforeKill = 10 * time.Second
 )
 
@@ -286,19 +287,15 @@ type failover struct {
 }
 
 // failovers kills, -partitions.kills times, a node that leads a partition
-// of busy (and, with idle streams, one of theirs) after the cluster stood
-// idle for idleBeforeKill, and measures from the kill to the first
+// of busy (and, with idle streams, one of theirs) once both stood idle for
+// idleBeforeKill with producers attached, the busy one woken by a send
+// right before the kill, and measures from the kill to the first
 // acknowledged send to each (sent at the same time). Each victim is
 // restarted and every partition led again before the next kill.
 func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) failover {
 	b.Helper()
 	var out failover
-	for range *partitionsKills {
-		select {
-		case <-time.After(idleBeforeKill):
-		case <-ctx.Done():
-			b.Fatal(ctx.Err())
-		}
+	leadersNow := func() map[string]string {
 		st, err := c.ClusterStatus(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -307,6 +304,13 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		for _, p := range st.Partitions {
 			leaders[p.Partition] = p.Leader
 		}
+		return leaders
+	}
+	for kills, tries := 0, 0; kills < *partitionsKills; tries++ {
+		if tries == 5**partitionsKills {
+			b.Fatalf("%d kills of %d: the victims kept losing their leaderships while idle", kills, *partitionsKills)
+		}
+		leaders := leadersNow()
 		// The victim leads a busy partition and, with idle streams, an
 		// idle one too.
 		var victim *clusterNode
@@ -368,6 +372,30 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		if idleIndex >= 0 {
 			idleP = producer(idleStream, idleIndex)
 		}
+		// Attaching a producer wakes its partition's group: the kill
+		// comes once the groups are idle again, as an application's
+		// producers are between sends. A leadership that moved meanwhile
+		// (the leader balancing) makes this try start over.
+		select {
+		case <-time.After(idleBeforeKill):
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		now := leadersNow()
+		if now[fmt.Sprintf("%s-partition-%d", busy, busyIndex)] != victim.id ||
+			(idleIndex >= 0 && now[fmt.Sprintf("%s-partition-%d", idleStream, idleIndex)] != victim.id) {
+			busyP.Close()
+			if idleP != nil {
+				idleP.Close()
+			}
+			continue
+		}
+		// The busy partition is awake when its leader goes, as a busy
+		// partition is: one send right before the kill.
+		if _, err := busyP.Send(ctx, &client.ProducerMessage{Payload: []byte("before the kill")}); err != nil {
+			b.Fatalf("a send to %s partition %d before the kill: %v", busy, busyIndex, err)
+		}
+		kills++
 		victim.kill()
 		killed := time.Now()
 		var wg sync.WaitGroup
