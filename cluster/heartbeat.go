@@ -110,6 +110,8 @@ type heartbeats struct {
 	// a timeout and whose port then refused a connection: their process
 	// is gone (successor.go). A round from the node clears it.
 	gone map[string]time.Time
+	// probing counts, by Raft address, the probes under way (successor.go).
+	probing map[string]int
 	// leaving is set when the node stops (Mux.Leave).
 	leaving atomic.Bool
 
@@ -249,6 +251,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		busy:            make(map[string]int),
 		opens:           make(map[string]time.Time),
 		gone:            make(map[string]time.Time),
+		probing:         make(map[string]int),
 	}
 }
 
@@ -327,6 +330,9 @@ func (h *heartbeats) heard(now time.Time) (heard, gone map[string]bool) {
 		if h.busy[addr] > 0 || now.Sub(t) < quietWakeAfter {
 			heard[addr] = true
 		}
+	}
+	for addr := range h.probing {
+		heard[addr] = true
 	}
 	return heard, gone
 }
@@ -646,6 +652,7 @@ func (p *hbPeer) run() {
 				continue
 			}
 			h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
+			h.maybeGone(p.addr, err) // a reset or refused connection: is the process there?
 			for _, c := range calls {
 				c.done <- hbOutcome{err: fmt.Errorf("cluster: heartbeat to %s: %w", p.addr, err)}
 			}
@@ -829,6 +836,7 @@ func (h *heartbeats) serve(c net.Conn) {
 			return
 		}
 		if err := writeFrame(c, frame[:8], body); err != nil {
+			readErr = err // an answer the peer's kernel refused: as telling as a read
 			return
 		}
 	}

@@ -192,6 +192,10 @@ func (m *Mux) Close() error {
 	m.closed = true
 	close(m.done)
 	m.mu.Unlock()
+	// The listener first: a peer that sees this node's connections end
+	// and dials it finds the port closed, as after the process died, and
+	// its groups' successors stand (successor.go).
+	err := m.ln.Close()
 	m.hb.close()
 	m.mu.Lock()
 	layers := make([]*Layer, 0, len(m.layers))
@@ -203,7 +207,6 @@ func (m *Mux) Close() error {
 	}
 	m.mu.Unlock()
 
-	err := m.ln.Close()
 	for _, l := range layers {
 		l.Close()
 	}

@@ -248,13 +248,19 @@ func (g *voteGate) wake(from string, silent bool) bool {
 		return false
 	}
 	r := g.raft.Load()
+	if r != nil && silent {
+		// Before the timeout is lowered: Raft looks at its last contact
+		// as soon as it is, and one up to quietRealEvery old would make
+		// it stand at once (and, its peer still knowing the leader, have
+		// its pre-vote refused and wait out an election timeout).
+		g.contactNow(r)
+	}
 	woke := r != nil && g.reload(r, g.quiet.base)
 	if woke {
 		g.quiet.under = ""
 	}
 	g.quiet.mu.Unlock()
 	if woke && silent {
-		g.contactNow(r)
 		// The leader, if it is there, wakes: its heartbeats are real
 		// and at the normal pace again, well within this follower's
 		// heartbeat timeout.

@@ -43,10 +43,11 @@ const (
 	goneProbeTimeout = 500 * time.Millisecond
 )
 
-// maybeGone is told that the connection of the node at from ended with
-// err. An end without a timeout (the peer's kernel closed or reset it)
-// makes the node dial the peer's Raft port once: refused, the peer's
-// process is gone.
+// maybeGone is told that a connection with the node at from, the peer's
+// rounds to this one or this one's to the peer, ended with err. An end
+// without a timeout (the peer's kernel closed, reset or refused it) makes
+// the node dial the peer's Raft port once: refused, the peer's process is
+// gone.
 func (h *heartbeats) maybeGone(from string, err error) {
 	var ne net.Error
 	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
@@ -57,6 +58,9 @@ func (h *heartbeats) maybeGone(from string, err error) {
 	if h.closed {
 		return
 	}
+	// Heard while the probe runs: a tick in between would wake the quiet
+	// followers on silence, before they could stand as successors.
+	h.probing[from]++
 	h.wg.Add(1)
 	go h.probe(from)
 }
@@ -77,24 +81,33 @@ func (h *heartbeats) probe(addr string) {
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err == nil {
 		c.Close()
-		return
 	}
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		return
-	}
+	refused := err != nil && errors.Is(err, syscall.ECONNREFUSED)
 	h.mu.Lock()
 	_, known := h.gone[addr]
-	h.gone[addr] = time.Now()
+	if refused {
+		h.gone[addr] = time.Now()
+	}
+	if h.probing[addr]--; h.probing[addr] <= 0 {
+		delete(h.probing, addr)
+	}
 	h.mu.Unlock()
+	if !refused {
+		return
+	}
 	if !known {
 		h.logger.Info("a node's Raft port refuses connections after its connection ended: its quiet groups' successors stand", "node", addr)
 	}
 }
 
 // succeed is the quiet tick's for a follower quiet under the node at
-// under, whose process is gone: the follower wakes, and stands at once if
-// it is its group's successor; otherwise it campaigns one heartbeat
-// timeout after the wake, as a follower that woke on silence does.
+// under, whose process is gone: it stands at once if it is its group's
+// successor; otherwise it wakes, and campaigns one heartbeat timeout
+// after the wake, as a follower that woke on silence does. The successor
+// keeps its quiet timeouts until it is a candidate (the next tick gives
+// its own back): lowered first, they made Raft look at its last contact
+// at once, find it old, and stand on its own, with a pre-vote its peer
+// refused while it still knew the old leader.
 func (g *voteGate) succeed(under string) {
 	r := g.raft.Load()
 	if r == nil {
@@ -105,14 +118,15 @@ func (g *voteGate) succeed(under string) {
 		g.wake(under, true)
 		return
 	}
-	if !g.wake(under, false) {
-		return
+	if !g.standing.CompareAndSwap(false, true) {
+		return // handed over, not taken yet
 	}
+	answered := make(chan raft.RPCResponse, 1)
 	rpc := raft.RPC{
 		Command: &raft.TimeoutNowRequest{
 			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)},
 		},
-		RespChan: make(chan raft.RPCResponse, 1),
+		RespChan: answered,
 	}
 	g.quiet.mu.Lock()
 	defer g.quiet.mu.Unlock()
@@ -125,8 +139,13 @@ func (g *voteGate) succeed(under string) {
 		defer g.wg.Done()
 		select {
 		case g.out <- rpc:
+			select { // answered once Raft is a candidate
+			case <-answered:
+			case <-g.stop:
+			}
 		case <-g.stop:
 		}
+		g.standing.Store(false)
 	}()
 }
 

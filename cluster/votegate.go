@@ -72,6 +72,9 @@ type voteGate struct {
 	// firstUntil, while this member is its group's first (elect.go) and
 	// has not stood yet: until when it stands on a notice (UnixNano).
 	firstUntil atomic.Int64
+	// standing is set while a TimeoutNow of a gone leader's successor
+	// waits for Raft to take it (successor.go).
+	standing atomic.Bool
 	// catchUps, on a leader: per follower, whether its next idle append
 	// goes (pipeline.go).
 	catchUpMu sync.Mutex
