@@ -288,8 +288,8 @@ type failover struct {
 
 // failovers kills, -partitions.kills times, a node that leads a partition
 // of busy (and, with idle streams, one of theirs) once both stood idle for
-// idleBeforeKill with producers attached, the busy one woken by a send
-// right before the kill, and measures from the kill to the first
+// idleBeforeKill with producers attached, the busy one woken by a second
+// of sends right before the kill, and measures from the kill to the first
 // acknowledged send to each (sent at the same time). Each victim is
 // restarted and every partition led again before the next kill.
 func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) failover {
@@ -391,9 +391,13 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			continue
 		}
 		// The busy partition is awake when its leader goes, as a busy
-		// partition is: one send right before the kill.
-		if _, err := busyP.Send(ctx, &client.ProducerMessage{Payload: []byte("before the kill")}); err != nil {
-			b.Fatalf("a send to %s partition %d before the kill: %v", busy, busyIndex, err)
+		// partition is: sends for a second right before the kill, long
+		// enough for its followers to have taken their leader's first
+		// heartbeats since it woke (cluster/DESIGN.md, "Quiet groups").
+		for start := time.Now(); time.Since(start) < time.Second; {
+			if _, err := busyP.Send(ctx, &client.ProducerMessage{Payload: []byte("before the kill")}); err != nil {
+				b.Fatalf("a send to %s partition %d before the kill: %v", busy, busyIndex, err)
+			}
 		}
 		kills++
 		victim.kill()
