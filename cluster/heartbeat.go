@@ -150,9 +150,9 @@ type HeartbeatStats struct {
 	// heartbeats this node's leaders sent whose follower took them after
 	// the round's answer, counted as contact (errHeartbeatLate).
 	StoodFirst, Late int64
-	// StoodForGone is the quiet followers here that stood for election at
-	// once, as their group's successor, when the process of their leader's
-	// node was gone (successor.go).
+	// StoodForGone is the followers here that stood for election at once,
+	// as their group's successor, when the process of their leader's node
+	// was gone (successor.go).
 	StoodForGone int64
 }
 

@@ -15,7 +15,9 @@ import (
 // was waiting for the state machine when Raft shut down is dropped by
 // hashicorp/raft (1.8) without an answer, and its Error would block for
 // ever. Errors are Raft's own; Apply is the waiting, error-mapping form.
+// A proposal wakes a quiet group, as Apply does.
 func (g *Group) Propose(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	g.gate.active()
 	return g.raft.Apply(cmd, timeout)
 }
 

@@ -333,6 +333,9 @@ func (g *voteGate) tick(now time.Time, heard, gone map[string]bool) {
 	g.quiet.wasLeader = state == raft.Leader
 	under := g.quietUnder()
 	if under == "" {
+		if len(gone) > 0 && state == raft.Follower {
+			g.succeedAwake(r, gone)
+		}
 		return
 	}
 	switch {

@@ -125,6 +125,14 @@ func TestQuietGroupStaysQuietWhenRead(t *testing.T) {
 	if leader.gate.quiet.leading.Load() {
 		t.Fatal("a proposal left the group quiet")
 	}
+	// A pipelined proposal (the broker's sends) wakes it too.
+	waitQuiet(t, nodes, 1)
+	if err := leader.Wait(leader.Propose([]byte("pipelined"), time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if leader.gate.quiet.leading.Load() {
+		t.Fatal("a pipelined proposal left the group quiet")
+	}
 }
 
 // A quiet follower whose node stops hearing its leader's node for a moment
@@ -153,15 +161,24 @@ func TestQuietFollowersRideOutAMomentOfSilence(t *testing.T) {
 	}
 }
 
-// When a quiet leader's process is gone — its connections end at once and
-// its port refuses — each group it led is taken over by its successor at
-// once, the other follower granting the transfer though it still knew the
-// old leader. The followers' own heartbeat timeout is long (3 s, six
-// times the lease here) so that, without the successor, a woken follower
-// stood only after it, whichever came first, and none counted as a
-// successor.
+// When a leader's process is gone — its connections end at once and its
+// port refuses — each group it led is taken over by its successor at once,
+// the other follower granting the transfer though it still knew the old
+// leader: quiet followers, and awake ones. The followers' own heartbeat
+// timeout is long (3 s, six times the lease here) so that, without the
+// successor, a follower stood only after it, whichever came first, and
+// none counted as a successor.
 func TestSuccessorStandsWhenLeaderProcessGoes(t *testing.T) {
-	nodes := quietNodes(t, 500*time.Millisecond, 5*time.Minute)
+	t.Run("quiet", func(t *testing.T) { successorStands(t, true) })
+	t.Run("awake", func(t *testing.T) { successorStands(t, false) })
+}
+
+func successorStands(t *testing.T, quiet bool) {
+	idle := 500 * time.Millisecond
+	if !quiet {
+		idle = time.Hour // never quiet
+	}
+	nodes := quietNodes(t, idle, 5*time.Minute)
 	const groups = 6
 	gs := make([][]*testGroup, groups)
 	for i := range gs {
@@ -169,12 +186,19 @@ func TestSuccessorStandsWhenLeaderProcessGoes(t *testing.T) {
 			heartbeatTimings(c)
 			c.HeartbeatTimeout = 3 * time.Second
 			c.ElectionTimeout = 3 * time.Second
+			// As fabriqd's: an awake leader heartbeats every 0.3–0.6 s,
+			// which a shorter lease would miss, and step down.
+			c.LeaderLeaseTimeout = 3 * time.Second
 		})
 	}
 	for _, g := range gs {
 		waitLeader(t, g)
 	}
-	waitQuiet(t, nodes, groups)
+	if quiet {
+		waitQuiet(t, nodes, groups)
+	} else if s := heartbeatTotals(nodes); s.QuietLeaders != 0 || s.QuietFollowers != 0 {
+		t.Fatalf("%d quiet leaders and %d quiet followers, want none", s.QuietLeaders, s.QuietFollowers)
+	}
 	dead := waitLeader(t, gs[0]).node
 	// The successor of each group the dead node leads: the other voters'
 	// first.

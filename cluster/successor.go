@@ -10,9 +10,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Successors (cluster/DESIGN.md, "Quiet groups"). When a quiet leader's
-// node goes, its quiet followers wake, and each campaigns one to two
-// heartbeat timeouts later if no leader appears, as awake followers do:
+// Successors (cluster/DESIGN.md, "Quiet groups"). When a leader's node
+// goes, its followers campaign one to two heartbeat timeouts after they
+// last heard from it (quiet ones: after they woke) if no leader appears:
 // the one whose timer fires first stands, and the other, which still
 // knows the old leader until its own timer fires, refuses its pre-vote,
 // so the group often waits for both timers, or for an election timeout.
@@ -20,15 +20,16 @@ import (
 // A process that dies on a host that stays up leaves more certain
 // evidence than silence: its connections end at once, without a timeout,
 // and its port refuses new ones. When both hold, the node marks it gone
-// for goneFor, and at the next quiet tick the followers quiet under it
+// for goneFor, and at the next quiet tick the followers of its leaders
 // agree on one successor per group, the group's voters other than the
 // leader hashed as for a first election (elect.go). The successor stands
 // at once, as a member told to by its leader's TimeoutNow stands: its
 // RequestVote says it is a leadership transfer, which the other voter
 // grants though it still knows the old leader, if the candidate's log is
-// as long as its own and the term is new. The other followers wake as
-// before (their timeout counts from the wake): a successor that is
-// behind, retired or itself gone costs what waking alone costs.
+// as long as its own and the term is new. The other followers go on as
+// before (quiet ones wake, their timeout counting from the wake): a
+// successor that is behind, retired or itself gone costs what their
+// timeouts cost.
 //
 // Nothing of Raft's safety changes: a vote is still one per term and for a
 // log at least as long, and a commit still needs a majority's appends. The
@@ -102,24 +103,42 @@ func (h *heartbeats) probe(addr string) {
 
 // succeed is the quiet tick's for a follower quiet under the node at
 // under, whose process is gone: it stands at once if it is its group's
-// successor; otherwise it wakes, and campaigns one heartbeat timeout
-// after the wake, as a follower that woke on silence does. The successor
-// keeps its quiet timeouts until it is a candidate (the next tick gives
-// its own back): lowered first, they made Raft look at its last contact
-// at once, find it old, and stand on its own, with a pre-vote its peer
-// refused while it still knew the old leader.
+// successor (stand); otherwise it wakes, and campaigns one heartbeat
+// timeout after the wake, as a follower that woke on silence does.
 func (g *voteGate) succeed(under string) {
 	r := g.raft.Load()
 	if r == nil {
 		return
 	}
+	if !g.stand(r, under) {
+		g.wake(under, true)
+	}
+}
+
+// succeedAwake is the tick's for a follower that is not quiet while some
+// nodes are gone: it stands if its leader is on one of them and it is its
+// group's successor; otherwise its own timeout runs on, as before.
+func (g *voteGate) succeedAwake(r *raft.Raft, gone map[string]bool) {
+	if addr, _ := r.LeaderWithID(); addr != "" && gone[string(addr)] {
+		g.stand(r, string(addr))
+	}
+}
+
+// stand makes this follower stand for election now, as a member told to
+// by its leader's TimeoutNow does, if its leader is at under and it is
+// its group's successor; it reports whether it stood (or a stand is under
+// way). A quiet successor keeps its quiet timeouts until it is a
+// candidate (the next tick gives its own back): lowered first, they made
+// Raft look at its last contact at once, find it old, and stand on its
+// own, with a pre-vote its peer refused while it still knew the old
+// leader.
+func (g *voteGate) stand(r *raft.Raft, under string) bool {
 	addr, id := r.LeaderWithID()
 	if string(addr) != under || id == "" || g.retired.Load() || g.mux.hb.leaving.Load() || successor(g.group, r, id) != g.local {
-		g.wake(under, true)
-		return
+		return false
 	}
 	if !g.standing.CompareAndSwap(false, true) {
-		return // handed over, not taken yet
+		return true // handed over, not taken yet
 	}
 	answered := make(chan raft.RPCResponse, 1)
 	rpc := raft.RPC{
@@ -131,7 +150,7 @@ func (g *voteGate) succeed(under string) {
 	g.quiet.mu.Lock()
 	defer g.quiet.mu.Unlock()
 	if g.quiet.closed {
-		return
+		return true
 	}
 	g.mux.hb.stoodForGone.Add(1)
 	g.wg.Add(1)
@@ -147,6 +166,7 @@ func (g *voteGate) succeed(under string) {
 		}
 		g.standing.Store(false)
 	}()
+	return true
 }
 
 // Leave tells the mux that its node is stopping: its quiet followers no
