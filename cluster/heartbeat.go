@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -110,8 +111,9 @@ type heartbeats struct {
 	// a timeout and whose port then refused a connection: their process
 	// is gone (successor.go). A round from the node clears it.
 	gone map[string]time.Time
-	// probing counts, by Raft address, the probes under way (successor.go).
-	probing map[string]int
+	// probing holds, by Raft address, when the latest probe started
+	// (successor.go): the node is heard for as long as a probe may take.
+	probing map[string]time.Time
 	// leaving is set when the node stops (Mux.Leave).
 	leaving atomic.Bool
 
@@ -251,7 +253,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		busy:            make(map[string]int),
 		opens:           make(map[string]time.Time),
 		gone:            make(map[string]time.Time),
-		probing:         make(map[string]int),
+		probing:         make(map[string]time.Time),
 	}
 }
 
@@ -331,8 +333,10 @@ func (h *heartbeats) heard(now time.Time) (heard, gone map[string]bool) {
 			heard[addr] = true
 		}
 	}
-	for addr := range h.probing {
-		heard[addr] = true
+	for addr, t := range h.probing {
+		if now.Sub(t) < goneProbeTimeout {
+			heard[addr] = true
+		}
 	}
 	return heard, gone
 }
@@ -636,7 +640,9 @@ func (p *hbPeer) run() {
 			}
 			var err error
 			if conn == nil {
-				conn, err = p.dial()
+				if conn, err = p.dial(); errors.Is(err, syscall.ECONNREFUSED) {
+					h.maybeGone(p.addr, err) // nothing listens there: is the process gone?
+				}
 			}
 			if err == nil {
 				h.frames.Add(1)
@@ -644,6 +650,7 @@ func (p *hbPeer) run() {
 				if err != nil {
 					conn.Close()
 					conn = nil
+					h.maybeGone(p.addr, err) // a reset connection: is the process there?
 				}
 			}
 			lastRound = time.Now()
@@ -652,7 +659,6 @@ func (p *hbPeer) run() {
 				continue
 			}
 			h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
-			h.maybeGone(p.addr, err) // a reset or refused connection: is the process there?
 			for _, c := range calls {
 				c.done <- hbOutcome{err: fmt.Errorf("cluster: heartbeat to %s: %w", p.addr, err)}
 			}

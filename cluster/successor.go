@@ -59,15 +59,17 @@ func (h *heartbeats) maybeGone(from string, err error) {
 	if h.closed {
 		return
 	}
-	// Heard while the probe runs: a tick in between would wake the quiet
-	// followers on silence, before they could stand as successors.
-	h.probing[from]++
+	// Heard while the probe runs (goneProbeTimeout at most): a tick in
+	// between would wake the quiet followers on silence, before they
+	// could stand as successors.
+	start := time.Now()
+	h.probing[from] = start
 	h.wg.Add(1)
-	go h.probe(from)
+	go h.probe(from, start)
 }
 
 // probe dials the node at addr and marks it gone if its port refuses.
-func (h *heartbeats) probe(addr string) {
+func (h *heartbeats) probe(addr string, start time.Time) {
 	defer h.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), goneProbeTimeout)
 	defer cancel()
@@ -89,7 +91,7 @@ func (h *heartbeats) probe(addr string) {
 	if refused {
 		h.gone[addr] = time.Now()
 	}
-	if h.probing[addr]--; h.probing[addr] <= 0 {
+	if h.probing[addr].Equal(start) {
 		delete(h.probing, addr)
 	}
 	h.mu.Unlock()
