@@ -78,8 +78,10 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	if err != nil {
 		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
-	if _, ok := n.catalog.Stream(p.Stream.String()); !ok {
-		return nil, n.streamNotFound("stream %s does not exist", p.Stream)
+	// A stream created a moment ago through another node may not be in
+	// this node's catalog yet: stream looks again after a sync.
+	if _, _, err := n.stream(p.Stream.String()); err != nil {
+		return nil, err
 	}
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
 		return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
@@ -113,9 +115,9 @@ func (n *Node) notHere(name string) error {
 	if err != nil {
 		return wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
-	sm, ok := n.catalog.Stream(p.Stream.String())
-	if !ok {
-		return n.streamNotFound("stream %s does not exist", p.Stream)
+	_, sm, err := n.stream(p.Stream.String())
+	if err != nil {
+		return err
 	}
 	i := p.Number()
 	if (p.Index < 0) != (sm.Partitions == 1) || i >= sm.Partitions {
