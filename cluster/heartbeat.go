@@ -641,7 +641,7 @@ func (p *hbPeer) run() {
 			var err error
 			if conn == nil {
 				if conn, err = p.dial(); errors.Is(err, syscall.ECONNREFUSED) {
-					h.maybeGone(p.addr, err) // nothing listens there: is the process gone?
+					h.maybeGone(p.addr, err) // nothing listens there: the process is gone
 				}
 			}
 			if err == nil {

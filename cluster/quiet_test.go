@@ -88,13 +88,7 @@ func TestQuietFollowersElectWhenLeaderNodeGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range gs {
-		var alive []*testGroup
-		for _, m := range g {
-			if m.node != dead {
-				alive = append(alive, m)
-			}
-		}
-		led := waitLeader(t, alive)
+		led := waitLeader(t, membersBut(g, dead))
 		if led.node == dead {
 			t.Fatalf("%s: still led from the dead node", led.ID())
 		}
@@ -208,10 +202,8 @@ func successorStands(t *testing.T, quiet bool) {
 			continue
 		}
 		var rest []raft.ServerID
-		for _, m := range g {
-			if m.node != dead {
-				rest = append(rest, raft.ServerID(m.node.id))
-			}
+		for _, m := range membersBut(g, dead) {
+			rest = append(rest, raft.ServerID(m.node.id))
 		}
 		want[g[0].ID()] = first(g[0].ID(), rest)
 	}
@@ -221,13 +213,7 @@ func successorStands(t *testing.T, quiet bool) {
 		t.Fatal(err)
 	}
 	for _, g := range gs {
-		var alive []*testGroup
-		for _, m := range g {
-			if m.node != dead {
-				alive = append(alive, m)
-			}
-		}
-		led := waitLeader(t, alive)
+		led := waitLeader(t, membersBut(g, dead))
 		if s, ok := want[g[0].ID()]; ok && raft.ServerID(led.node.id) != s {
 			t.Errorf("%s: led by %s after its leader's process went, want its successor %s", g[0].ID(), led.node.id, s)
 		}
@@ -241,4 +227,15 @@ func successorStands(t *testing.T, quiet bool) {
 	if got := heartbeatTotals(alive).StoodForGone; got != int64(len(want)) {
 		t.Errorf("%d successors stood, want one for each of the %d groups the gone node led", got, len(want))
 	}
+}
+
+// membersBut returns the members of g that are not on node n.
+func membersBut(g []*testGroup, n *testNode) []*testGroup {
+	var out []*testGroup
+	for _, m := range g {
+		if m.node != n {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -45,13 +45,17 @@ const (
 )
 
 // maybeGone is told that a connection with the node at from, the peer's
-// rounds to this one or this one's to the peer, ended with err. An end
-// without a timeout (the peer's kernel closed, reset or refused it) makes
-// the node dial the peer's Raft port once: refused, the peer's process is
-// gone.
+// rounds to this one or this one's to the peer, ended with err. A refused
+// dial says the peer's process is gone; another end without a timeout
+// (the peer's kernel closed or reset it) makes the node dial the peer's
+// Raft port once to find out.
 func (h *heartbeats) maybeGone(from string, err error) {
 	var ne net.Error
 	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		h.markGone(from)
 		return
 	}
 	h.mu.Lock()
@@ -85,21 +89,24 @@ func (h *heartbeats) probe(addr string, start time.Time) {
 	if err == nil {
 		c.Close()
 	}
-	refused := err != nil && errors.Is(err, syscall.ECONNREFUSED)
-	h.mu.Lock()
-	_, known := h.gone[addr]
-	if refused {
-		h.gone[addr] = time.Now()
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		h.markGone(addr) // before the probe ends: the node is never unheard in between
 	}
+	h.mu.Lock()
 	if h.probing[addr].Equal(start) {
 		delete(h.probing, addr)
 	}
 	h.mu.Unlock()
-	if !refused {
-		return
-	}
+}
+
+// markGone records that the node at addr refused a connection.
+func (h *heartbeats) markGone(addr string) {
+	h.mu.Lock()
+	_, known := h.gone[addr]
+	h.gone[addr] = time.Now()
+	h.mu.Unlock()
 	if !known {
-		h.logger.Info("a node's Raft port refuses connections after its connection ended: its quiet groups' successors stand", "node", addr)
+		h.logger.Info("a node's Raft port refuses connections after its connection ended: its groups' successors stand", "node", addr)
 	}
 }
 
