@@ -110,6 +110,8 @@ type localPartition struct {
 	fsm   *fsm.Machine
 	// replica is this node's server id in the group (replicaID).
 	replica string
+	// dir is the partition's data directory (partitionDir).
+	dir string
 }
 
 // NewNode checks the configuration; Start starts the node.
@@ -346,6 +348,7 @@ func (n *Node) reconcileLoop() {
 		case <-tick.C:
 		case <-sweep.C:
 			n.removeMovedAwayCopies()
+			n.removeRetiredCopies()
 			continue
 		}
 		n.reconcile()
@@ -369,7 +372,10 @@ const partitionCommitTimeout = time.Second
 const reconcileEvery = 2 * time.Second
 
 // sweepCopiesEvery is how often the node looks for copies of partitions
-// moved away that it may delete (it asks their leaders).
+// moved away that it may delete (it asks their leaders), and for copies
+// set aside whose member the group has removed. (The second ran with
+// every reconcile at first: with a thousand partitions it was half of an
+// idle node's reconcile loop, for copies that are rare.)
 const sweepCopiesEvery = 10 * time.Second
 
 func (n *Node) reconcile() {
@@ -451,7 +457,6 @@ func (n *Node) reconcile() {
 			n.reconcileReplicas(lp, replicas)
 		}
 	}
-	n.removeRetiredCopies()
 }
 
 // known reports whether the catalog has the partition's stream.
@@ -703,7 +708,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	} else {
 		p.Start()
 	}
-	return &localPartition{Partition: p, group: g, log: log, fsm: f, replica: self}, nil
+	return &localPartition{Partition: p, group: g, log: log, fsm: f, replica: self, dir: dir}, nil
 }
 
 // newPartition returns the driver of a partition over its log, state

@@ -198,11 +198,7 @@ func (n *Node) removeRetiredCopies() {
 	// partition: a node holds hundreds of partitions of a fabric.
 	listing := new(asideListing)
 	for _, lp := range parts {
-		dir, err := n.partitionDir(lp.Name())
-		if err != nil {
-			n.logger.Error("partition without a directory", "partition", lp.Name(), "err", err)
-			continue
-		}
+		dir := lp.dir
 		aside := listing.of(dir)
 		if len(aside) == 0 {
 			continue
