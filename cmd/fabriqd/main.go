@@ -96,7 +96,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
 	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
 	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
-	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 1000*time.Millisecond, "Raft heartbeat timeout of every group: a leader's loss is noticed within one to two of these (a failed election is retried after two to four times as long)")
+	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 2*time.Second, "Raft heartbeat timeout of every group, and each leader's lease: a leader whose host is lost is noticed within one to two of these (a leader whose process died, within a fraction of a second); a leader cut off from a majority steps down after one; a failed election is retried after two to four times as long, at least 2 s")
 	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
@@ -196,5 +196,6 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 // again, a random time between one and two of these. A node's loss starts
 // hundreds of elections at once; with candidates that gave up after
 // 0.5–1 s, elections slowed by that load failed, split and started over,
-// and a cluster of 1,000 partitions never settled.
-func electionTimeoutFor(hb time.Duration) time.Duration { return 4 * hb }
+// and a cluster of 1,000 partitions never settled: at least 2 s, which
+// settled (cluster/DESIGN.md, "Raft knobs").
+func electionTimeoutFor(hb time.Duration) time.Duration { return max(2*hb, 2*time.Second) }
