@@ -91,12 +91,75 @@ func (g *voteGate) standFirst() {
 	if g.quiet.under != "" {
 		return
 	}
+	if g.kick(r) {
+		g.mux.hb.stoodFirst.Add(1)
+	}
+}
+
+// kick wakes Raft's follower loop now: it stands if it heard from no
+// leader within its heartbeat timeout. Lowering the timeout wakes the
+// loop, so it is raised, then set back. The caller holds quiet.mu.
+func (g *voteGate) kick(r *raft.Raft) bool {
 	cur := r.ReloadableConfig()
 	up := cur
 	up.HeartbeatTimeout = 2 * cur.HeartbeatTimeout
 	up.ElectionTimeout = max(up.ElectionTimeout, up.HeartbeatTimeout)
-	if g.reload(r, up) && g.reload(r, cur) {
-		g.mux.hb.stoodFirst.Add(1)
+	return g.reload(r, up) && g.reload(r, cur)
+}
+
+// watchPreVote passes a pre-vote request on to Raft and watches its
+// answer (standAhead).
+func (g *voteGate) watchPreVote(rpc raft.RPC) raft.RPC {
+	answer := make(chan raft.RPCResponse, 1)
+	to := rpc.RespChan
+	rpc.RespChan = answer
+	g.wg.Add(1) // on the loop's goroutine, which Close waits for
+	go func() {
+		defer g.wg.Done()
+		select {
+		case a := <-answer:
+			select {
+			case to <- a:
+			case <-g.stop:
+				return
+			}
+			if resp, ok := a.Response.(*raft.RequestPreVoteResponse); ok && a.Error == nil && !resp.Granted {
+				g.standAhead()
+			}
+		case <-g.stop:
+		}
+	}()
+	return rpc
+}
+
+// standAhead makes a follower that knows no leader stand now, after it
+// refused a pre-vote: Raft refuses one, when no leader is known, to a
+// candidate whose log (or term) is older than its own, and that candidate
+// will not be elected. Without it, a first member whose log was behind
+// (a node that was down while its groups went on, then a restart of
+// every node) had its pre-vote refused and waited an election timeout
+// (4-8 s at fabriqd's default), and the others their heartbeat timeouts:
+// a restart of 1,000 partitions took 16 s where one whose copies were
+// even took 6. At most once a heartbeat timeout.
+func (g *voteGate) standAhead() {
+	r := g.raft.Load()
+	if r == nil || r.State() != raft.Follower || g.retired.Load() || g.mux.hb.leaving.Load() {
+		return
+	}
+	if addr, _ := r.LeaderWithID(); addr != "" {
+		return
+	}
+	now, last := time.Now().UnixNano(), g.aheadAt.Load()
+	if now-last < int64(g.quiet.base.HeartbeatTimeout) || !g.aheadAt.CompareAndSwap(last, now) {
+		return
+	}
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if g.quiet.under != "" || g.quiet.closed {
+		return
+	}
+	if g.kick(r) {
+		g.mux.hb.stoodAhead.Add(1)
 	}
 }
 

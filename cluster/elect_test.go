@@ -63,3 +63,53 @@ func TestFirstMemberStandsAtOnce(t *testing.T) {
 		t.Errorf("%d members stood first, want 2 (one per election)", n)
 	}
 }
+
+// A first member whose log is behind the others' (it was down while the
+// group went on) has its pre-vote refused when every member opens the
+// group again; a member that refused it, knowing no leader, stands at once
+// and is elected, long before any heartbeat or election timeout.
+func TestMemberAheadOfTheFirstStands(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	const group = "ahead"
+	gs := startGroup(t, nodes, group, heartbeatTimings)
+	waitLeader(t, gs)
+	var voters []raft.ServerID
+	for _, n := range nodes {
+		voters = append(voters, raft.ServerID(n.id))
+	}
+	lead := first(group, voters)
+	var behind *testGroup
+	var rest []*testGroup
+	for _, g := range gs {
+		if raft.ServerID(g.node.id) == lead {
+			behind = g
+		} else {
+			rest = append(rest, g)
+		}
+	}
+	if err := behind.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, rest)
+	applyAll(t, rest, "late")
+	waitEntries(t, rest, []string{"late"})
+	for _, g := range rest {
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	before := heartbeatTotals(nodes).StoodAhead
+	var again []*testGroup
+	for _, n := range nodes {
+		again = append(again, openTestGroup(t, n, group, newTestFSM(filepath.Join(n.dir, group+"-stage-again"), true), slowElections))
+	}
+	leader := waitLeader(t, again) // gives up after 10 s: a heartbeat timeout
+	if raft.ServerID(leader.node.id) == lead {
+		t.Fatalf("led by the first member %s, whose log was behind", lead)
+	}
+	if n := heartbeatTotals(nodes).StoodAhead - before; n < 1 {
+		t.Errorf("%d members stood after refusing a pre-vote, want at least 1", n)
+	}
+	waitEntries(t, again, []string{"late"})
+}

@@ -110,7 +110,7 @@ type heartbeats struct {
 	// gone are the nodes, by Raft address, whose connection ended without
 	// a timeout and whose port then refused a connection: their process
 	// is gone (successor.go). A round from the node clears it.
-	gone map[string]time.Time
+	gone map[string]goneMark
 	// probing holds, by Raft address, when the latest probe started
 	// (successor.go): the node is heard for as long as a probe may take.
 	probing map[string]time.Time
@@ -122,7 +122,7 @@ type heartbeats struct {
 	// late the heartbeats their follower took late (errHeartbeatLate);
 	// stoodForGone the successors that stood for a leader whose process
 	// was gone (successor.go).
-	stoodFirst, late, stoodForGone atomic.Int64
+	stoodFirst, late, stoodForGone, stoodAhead atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
 	// not sent (pipeline.go); local the heartbeats answered locally.
 	idleAppends, local atomic.Int64
@@ -156,6 +156,10 @@ type HeartbeatStats struct {
 	// as their group's successor, when the process of their leader's node
 	// was gone (successor.go).
 	StoodForGone int64
+	// StoodAhead is the members here that stood for election at once,
+	// knowing no leader, after they refused a voter's pre-vote: their log
+	// was newer than the candidate's (elect.go).
+	StoodAhead int64
 }
 
 // HeartbeatStats returns what the mux's coalesced heartbeats did.
@@ -163,7 +167,7 @@ func (m *Mux) HeartbeatStats() HeartbeatStats {
 	h := m.hb
 	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
-		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(), StoodForGone: h.stoodForGone.Load(),
+		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(), StoodForGone: h.stoodForGone.Load(), StoodAhead: h.stoodAhead.Load(),
 	}
 	for _, g := range h.registered() {
 		if g.quiet.leading.Load() {
@@ -252,7 +256,7 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		seen:            make(map[string]time.Time),
 		busy:            make(map[string]int),
 		opens:           make(map[string]time.Time),
-		gone:            make(map[string]time.Time),
+		gone:            make(map[string]goneMark),
 		probing:         make(map[string]time.Time),
 	}
 }
@@ -311,19 +315,19 @@ func (h *heartbeats) fresh(addr string, within time.Duration) bool {
 // node's silence. One look for every group of a tick: asked once per
 // quiet follower, under the lock the rounds take, it was a tenth of an
 // idle node's CPU.
-func (h *heartbeats) heard(now time.Time) (heard, gone map[string]bool) {
+func (h *heartbeats) heard(now time.Time) (heard map[string]bool, gone map[string]time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	heard = make(map[string]bool, len(h.seen))
-	for addr, t := range h.gone {
-		if now.Sub(t) > goneFor {
+	for addr, m := range h.gone {
+		if now.Sub(m.last) > goneFor {
 			delete(h.gone, addr)
 			continue
 		}
 		if gone == nil {
-			gone = make(map[string]bool, len(h.gone))
+			gone = make(map[string]time.Time, len(h.gone))
 		}
-		gone[addr] = true
+		gone[addr] = m.since
 	}
 	if now.UnixNano() < h.deaf.Load() {
 		return heard, gone

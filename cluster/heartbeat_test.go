@@ -59,6 +59,7 @@ func heartbeatTotals(nodes []*testNode) HeartbeatStats {
 		s.QuietLeaders += h.QuietLeaders
 		s.QuietFollowers += h.QuietFollowers
 		s.StoodFirst += h.StoodFirst
+		s.StoodAhead += h.StoodAhead
 		s.StoodForGone += h.StoodForGone
 	}
 

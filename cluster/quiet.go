@@ -310,8 +310,9 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 // tick decides, for one group, whether its leader goes quiet or stops,
 // and whether a quiet member wakes: it is not a follower any more, or the
 // leader's node has been silent for quietWakeAfter (it is not in heard,
-// heartbeats.heard).
-func (g *voteGate) tick(now time.Time, heard, gone map[string]bool) {
+// heartbeats.heard), or gone for quietStandAfter (gone holds when nodes
+// were found gone; it stands if it is the successor).
+func (g *voteGate) tick(now time.Time, heard map[string]bool, gone map[string]time.Time) {
 	r := g.raft.Load()
 	if r == nil {
 		return
@@ -341,8 +342,10 @@ func (g *voteGate) tick(now time.Time, heard, gone map[string]bool) {
 	switch {
 	case state != raft.Follower:
 		g.wake(under, false)
-	case gone[under]:
-		g.succeed(under)
+	case !gone[under].IsZero():
+		if now.Sub(gone[under]) >= quietStandAfter {
+			g.succeed(under)
+		}
 	case !heard[under]:
 		g.wake(under, true)
 	}

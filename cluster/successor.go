@@ -42,7 +42,16 @@ const (
 	goneFor = 10 * time.Second
 	// goneProbeTimeout bounds the probe's dial.
 	goneProbeTimeout = 500 * time.Millisecond
+	// quietStandAfter is how long after its leader's node was found gone
+	// a quiet successor stands: busy groups' successors, which stand at
+	// once, have their elections first. A node's death starts an election
+	// in every group it led, a third of a thousand on two cores, and a
+	// busy group's among them took 0.9-1.5 s instead of 0.2 s alone.
+	quietStandAfter = 300 * time.Millisecond
 )
+
+// goneMark is when a node was first and last found gone.
+type goneMark struct{ since, last time.Time }
 
 // maybeGone is told that a connection with the node at from, the peer's
 // rounds to this one or this one's to the peer, ended with err. A refused
@@ -101,9 +110,14 @@ func (h *heartbeats) probe(addr string, start time.Time) {
 
 // markGone records that the node at addr refused a connection.
 func (h *heartbeats) markGone(addr string) {
+	now := time.Now()
 	h.mu.Lock()
-	_, known := h.gone[addr]
-	h.gone[addr] = time.Now()
+	m, known := h.gone[addr]
+	if !known {
+		m.since = now
+	}
+	m.last = now
+	h.gone[addr] = m
 	h.mu.Unlock()
 	if !known {
 		h.logger.Info("a node's Raft port refuses connections after its connection ended: its groups' successors stand", "node", addr)
@@ -127,8 +141,8 @@ func (g *voteGate) succeed(under string) {
 // succeedAwake is the tick's for a follower that is not quiet while some
 // nodes are gone: it stands if its leader is on one of them and it is its
 // group's successor; otherwise its own timeout runs on, as before.
-func (g *voteGate) succeedAwake(r *raft.Raft, gone map[string]bool) {
-	if addr, _ := r.LeaderWithID(); addr != "" && gone[string(addr)] {
+func (g *voteGate) succeedAwake(r *raft.Raft, gone map[string]time.Time) {
+	if addr, _ := r.LeaderWithID(); addr != "" && !gone[string(addr)].IsZero() {
 		g.stand(r, string(addr))
 	}
 }

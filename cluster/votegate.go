@@ -75,6 +75,9 @@ type voteGate struct {
 	// standing is set while a TimeoutNow of a gone leader's successor
 	// waits for Raft to take it (successor.go).
 	standing atomic.Bool
+	// aheadAt is when this member last stood after it refused a pre-vote
+	// (standAhead; UnixNano).
+	aheadAt atomic.Int64
 	// catchUps, on a leader: per follower, whether its next idle append
 	// goes (pipeline.go).
 	catchUpMu sync.Mutex
@@ -236,6 +239,8 @@ func (g *voteGate) loop() {
 			if refused = !g.member(); refused {
 				rpc.Respond(nil, errNotMember)
 			}
+		case *raft.RequestPreVoteRequest:
+			rpc = g.watchPreVote(rpc)
 		}
 		if refused {
 			g.refused.Add(1)
