@@ -256,3 +256,57 @@ func TestNewestSmallEntryReadFromMemory(t *testing.T) {
 		})
 	}
 }
+
+// The first index and its entry, which a leader's Raft reads every few
+// seconds, come from memory once read, and follow the log's compactions:
+// after a delete from the front, neither names an entry the log no longer
+// holds.
+func TestOldestEntryFollowsCompaction(t *testing.T) {
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), raftDBFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	s := &checkedStore{LogStore: bolt, damage: &damageReport{}}
+	store := func(from, to uint64) {
+		t.Helper()
+		var ls []*raft.Log
+		for i := from; i <= to; i++ {
+			ls = append(ls, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: fmt.Appendf(nil, "e%d", i)})
+		}
+		if err := s.StoreLogs(ls); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldest := func(want uint64) {
+		t.Helper()
+		first, err := s.FirstIndex()
+		if err != nil || first != want {
+			t.Fatalf("first index %d (%v), want %d", first, err, want)
+		}
+		if want == 0 {
+			return
+		}
+		var l raft.Log
+		if err := s.GetLog(first, &l); err != nil || l.Index != want || string(l.Data) != fmt.Sprintf("e%d", want) {
+			t.Fatalf("oldest entry: index %d %q (%v), want %d", l.Index, l.Data, err, want)
+		}
+	}
+	store(1, 5)
+	oldest(1)
+	oldest(1) // from memory
+	if err := s.DeleteRange(1, 3); err != nil {
+		t.Fatal(err)
+	}
+	oldest(4)
+	var l raft.Log
+	if err := s.GetLog(1, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("entry 1 after its compaction: %v, want not found", err)
+	}
+	if err := s.DeleteRange(4, 5); err != nil {
+		t.Fatal(err)
+	}
+	oldest(0)
+	store(6, 7)
+	oldest(6)
+}
