@@ -595,7 +595,12 @@ func (n *Node) retirePartition(lp *localPartition) {
 func (n *Node) handOver(lp *localPartition) {
 	ctx, cancel := context.WithTimeout(n.ctx, transferTimeout)
 	defer cancel()
-	if err := lp.group.TransferLeadership(ctx); err != nil {
+	switch err := lp.group.TransferLeadership(ctx); {
+	case errors.Is(err, cluster.ErrTransferTried):
+		// Every voter was tried in this term: the next term's leader,
+		// or the next reconcile after the term moved, tries again.
+		n.logger.Debug("a retired copy tried every voter in this term", "partition", lp.Name())
+	case err != nil:
 		n.logger.Warn("a retired copy could not hand its leadership over; will try again", "partition", lp.Name(), "err", err)
 	}
 }
@@ -1124,9 +1129,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			if err != nil || len(servers) < 2 {
 				return
 			}
+			err = cluster.ErrTransferTried
 			if to, ok := spread.pick(g.NodeID(), servers); ok {
 				err = g.TransferLeadershipTo(gctx, to.ID, to.Address)
-			} else {
+			}
+			if errors.Is(err, cluster.ErrTransferTried) {
+				// No pick, or the pick was tried this term: any other voter.
 				err = g.TransferLeadership(gctx)
 			}
 			if err != nil {

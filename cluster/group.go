@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +74,12 @@ type Group struct {
 	waiters  sync.WaitGroup // goroutines waiting on raft futures
 	current  Leadership
 	watchers map[*LeaderWatch]struct{}
+
+	// transferTerm and transferred: the voters a leadership transfer
+	// went to while this member led in that term (claimTransfer).
+	transferMu   sync.Mutex
+	transferTerm uint64
+	transferred  map[raft.ServerID]bool
 }
 
 // OpenGroup opens the group's stores in cfg.Dir, registers the group on
@@ -365,21 +372,77 @@ func (g *Group) RemoveServer(ctx context.Context, id string) error {
 	return err
 }
 
-// TransferLeadership hands leadership to the most up-to-date voter and
-// waits until it took it. Leader only.
+// ErrTransferTried is TransferLeadership's and TransferLeadershipTo's
+// answer when every voter it could hand leadership to was already tried
+// in this term (claimTransfer).
+var ErrTransferTried = errors.New("cluster: a leadership transfer to this voter was already tried in this term")
+
+// TransferLeadership hands leadership to a voter not yet tried in this
+// term and waits until it took it. Leader only.
 func (g *Group) TransferLeadership(ctx context.Context) error {
-	_, err := g.do(ctx, "transfer leadership", func(time.Duration) raft.Future {
-		return g.raft.LeadershipTransfer()
+	f, err := g.do(ctx, "configuration", func(time.Duration) raft.Future {
+		return g.raft.GetConfiguration()
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	for _, s := range f.(raft.ConfigurationFuture).Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != g.gate.local && g.claimTransfer(s.ID) {
+			return g.transfer(ctx, s.ID, s.Address)
+		}
+	}
+	return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrTransferTried)
 }
 
 // TransferLeadershipTo hands leadership to the given voter. Leader only.
 func (g *Group) TransferLeadershipTo(ctx context.Context, id, addr string) error {
+	if !g.claimTransfer(raft.ServerID(id)) {
+		return fmt.Errorf("cluster: group %s: transfer leadership to %s: %w", g.id, id, ErrTransferTried)
+	}
+	return g.transfer(ctx, raft.ServerID(id), raft.ServerAddress(addr))
+}
+
+// transfer hands leadership to voter id, claimed (claimTransfer). A
+// transfer that did not time out took its catch-up request back, or never
+// sent one: the claim is given back.
+func (g *Group) transfer(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error {
 	_, err := g.do(ctx, "transfer leadership", func(time.Duration) raft.Future {
-		return g.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+		return g.raft.LeadershipTransferToServer(id, addr)
 	})
+	// hashicorp/raft's own timeout has no sentinel error, only this text.
+	if err != nil && !errors.Is(err, ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "leadership transfer timeout") {
+		g.transferMu.Lock()
+		delete(g.transferred, id)
+		g.transferMu.Unlock()
+	}
 	return err
+}
+
+// claimTransfer reports whether a leadership transfer may go to voter id:
+// one per voter while this member leads in one term. hashicorp/raft v1.8
+// hands a transfer's catch-up request to the follower's replication
+// through a channel of one, and its sender cannot give up: a second
+// transfer to a follower whose replication had not taken the first's
+// (it was stuck on a dead peer, or stopped) blocked for ever, and with it
+// the flag that makes the leader refuse every proposal, for as long as
+// this Raft runs, through later terms too (hashicorp/raft issue 696). A
+// node then led its partition and refused every send, ack and
+// membership change, until it stopped (the chaos suite, a move during a
+// network partition with leaders balanced meanwhile). Each leadership
+// has new replication channels, so the first transfer to each follower
+// of a term always finds its channel empty.
+func (g *Group) claimTransfer(id raft.ServerID) bool {
+	term := g.raft.CurrentTerm()
+	g.transferMu.Lock()
+	defer g.transferMu.Unlock()
+	if term != g.transferTerm {
+		g.transferTerm, g.transferred = term, map[raft.ServerID]bool{}
+	}
+	if g.transferred[id] {
+		return false
+	}
+	g.transferred[id] = true
+	return true
 }
 
 // Retire makes this member a follower for good: it keeps its log, answers

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 func TestGroupConfigValidate(t *testing.T) {
@@ -625,4 +627,40 @@ func TestConfigStatusAfterSnapshotInstall(t *testing.T) {
 		st := back.ConfigStatus()
 		return st.Known && !st.Pending && slices.Equal(st.Committed.IDs(), want)
 	})
+}
+
+// A leader hands its leadership to each voter at most once a term
+// (claimTransfer): a second transfer to the same voter is refused with
+// ErrTransferTried, the group goes on accepting proposals, and the next
+// leader may transfer again.
+func TestTransferToEachVoterOnceATerm(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "once", nil)
+	leader := waitLeader(t, gs)
+	var target *testGroup
+	for _, g := range gs {
+		if g != leader {
+			target = g
+			break
+		}
+	}
+	id := raft.ServerID(target.node.id)
+	if !leader.claimTransfer(id) {
+		t.Fatal("the first transfer of the term to a voter was refused")
+	}
+	err := leader.TransferLeadershipTo(ctxTimeout(t, 5*time.Second), target.node.id, target.node.addr())
+	if !errors.Is(err, ErrTransferTried) {
+		t.Fatalf("a second transfer to %s in one term: %v, want ErrTransferTried", id, err)
+	}
+	applyAll(t, gs, "after")
+	if err := leader.TransferLeadership(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("a transfer to the voter not tried yet: %v", err)
+	}
+	next := waitLeader(t, gs)
+	if next == leader {
+		t.Fatal("the leader kept its leadership after a transfer")
+	}
+	if !next.claimTransfer(raft.ServerID(leader.node.id)) {
+		t.Fatal("a new term's leader could not transfer")
+	}
 }
