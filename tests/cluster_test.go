@@ -376,6 +376,9 @@ func TestClusterReplacesDeadNodes(t *testing.T) {
 			placement[p.Partition] = append(placement[p.Partition], r.Node)
 		}
 	}
+	if len(placement) != 2 {
+		t.Fatalf("the status read after the create shows partitions %v, want both", placement)
+	}
 	// Two victims that never hold a majority of one partition.
 	var victims []*clusterNode
 	for i := 0; i < len(nodes) && victims == nil; i++ {

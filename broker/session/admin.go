@@ -83,6 +83,11 @@ func (s *Session) describeStream(c *transport.DescribeStream) {
 }
 
 func (s *Session) clusterStatus(c *transport.ClusterStatus) {
+	// A status read right after a change made through another node shows
+	// that change: the catalog catches up first. When it cannot (the
+	// metadata group has no leader) the node's own view is still the
+	// answer, as an operator reads status most in an outage.
+	_ = s.node.SyncCatalog(s.ctx)
 	s.reply(&transport.ClusterStatusResult{RequestID: c.RequestID, Status: s.node.ClusterStatus()})
 }
 
