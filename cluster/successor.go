@@ -201,24 +201,9 @@ func (m *Mux) Leave() { m.hb.leaving.Store(true) }
 // leader goes: the group's hash over the other voters' ids (first); empty
 // when the configuration cannot be read or leaves no voter.
 func successor(group string, r *raft.Raft, leader raft.ServerID) raft.ServerID {
-	f := r.GetConfiguration() // answered at once, from memory
-	if f.Error() != nil {
+	id, leaderVotes := firstBut(group, r, leader)
+	if !leaderVotes {
 		return ""
 	}
-	var voters []raft.ServerID
-	leaderVotes := false
-	for _, s := range f.Configuration().Servers {
-		switch {
-		case s.Suffrage != raft.Voter:
-		case s.ID == leader:
-			leaderVotes = true
-		default:
-			voters = append(voters, s.ID)
-		}
-	}
-	if !leaderVotes || len(voters) == 0 {
-		return ""
-	}
-	return first(group, voters)
-
+	return id
 }

@@ -240,7 +240,7 @@ func (g *voteGate) loop() {
 				rpc.Respond(nil, errNotMember)
 			}
 		case *raft.RequestPreVoteRequest:
-			rpc = g.watchPreVote(rpc)
+			rpc = g.watchPreVote(rpc, raft.ServerID(req.ID))
 		}
 		if refused {
 			g.refused.Add(1)
