@@ -63,7 +63,7 @@ func TestStableStore(t *testing.T) {
 	if err := s.Set([]byte("LastVoteCand"), []byte("n3")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "raft.db's copy of the term", func() bool {
+	eventually(t, 2*mirrorAfter, "raft.db's copy of the term", func() bool {
 		term, err := bolt.GetUint64([]byte("CurrentTerm"))
 		return err == nil && term == 11
 	})
