@@ -45,7 +45,7 @@ for i in $(seq 1 "$nodes"); do
     for pid in "${pids[@]}"; do
       if ! kill -0 "$pid" 2>/dev/null; then
         echo "fabriq: a node failed to start; its log:" >&2
-        tail -20 "$run_dir"/n*.log >&2
+        tail -n 20 "$run_dir"/n*.log >&2
         stop
         exit 1
       fi
