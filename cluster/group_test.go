@@ -637,13 +637,7 @@ func TestTransferToEachVoterOnceATerm(t *testing.T) {
 	nodes := newTestNodes(t, 3)
 	gs := startGroup(t, nodes, "once", nil)
 	leader := waitLeader(t, gs)
-	var target *testGroup
-	for _, g := range gs {
-		if g != leader {
-			target = g
-			break
-		}
-	}
+	target := others(gs, leader)[0]
 	id := raft.ServerID(target.node.id)
 	if !leader.claimTransfer(id) {
 		t.Fatal("the first transfer of the term to a voter was refused")
