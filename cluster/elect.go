@@ -143,7 +143,7 @@ func (g *voteGate) watchPreVote(rpc raft.RPC, candidate raft.ServerID) raft.RPC 
 // even took 6. At most once a heartbeat timeout.
 //
 // Every voter that refused stands, so they agree on an order: the group's
-// hash over the voters other than the candidate (first) stands at once,
+// hash over the voters other than the candidate (firstBut) stands at once,
 // the others aheadStagger later if they still know no leader. Standing
 // together, two refusers each voted for themselves in the same term and
 // the group waited out an election timeout (a restart of 1,000
@@ -160,7 +160,7 @@ func (g *voteGate) standAhead(candidate raft.ServerID) {
 	if now-last < int64(g.quiet.base.HeartbeatTimeout) || !g.aheadAt.CompareAndSwap(last, now) {
 		return
 	}
-	if aheadFirst(g.group, r, candidate) == g.local {
+	if first, _ := firstBut(g.group, r, candidate); first == g.local {
 		g.kickAhead(r)
 		return
 	}
@@ -205,14 +205,6 @@ func (g *voteGate) kickAhead(r *raft.Raft) {
 	if g.kick(r) {
 		g.mux.hb.stoodAhead.Add(1)
 	}
-}
-
-// aheadFirst returns the voter of r's configuration that stands first
-// after refusing candidate's pre-vote: the group's hash over the voters
-// other than the candidate (firstBut).
-func aheadFirst(group string, r *raft.Raft, candidate raft.ServerID) raft.ServerID {
-	id, _ := firstBut(group, r, candidate)
-	return id
 }
 
 // firstBut returns first over the voters of r's configuration other than

@@ -380,15 +380,13 @@ var ErrTransferTried = errors.New("cluster: a leadership transfer to this voter 
 // TransferLeadership hands leadership to a voter not yet tried in this
 // term and waits until it took it. Leader only.
 func (g *Group) TransferLeadership(ctx context.Context) error {
-	f, err := g.do(ctx, "configuration", func(time.Duration) raft.Future {
-		return g.raft.GetConfiguration()
-	})
+	servers, err := g.Servers(ctx)
 	if err != nil {
 		return err
 	}
-	for _, s := range f.(raft.ConfigurationFuture).Configuration().Servers {
-		if s.Suffrage == raft.Voter && s.ID != g.gate.local && g.claimTransfer(s.ID) {
-			return g.transfer(ctx, s.ID, s.Address)
+	for _, s := range servers {
+		if s.Voter && s.ID != g.nodeID && g.claimTransfer(raft.ServerID(s.ID)) {
+			return g.transfer(ctx, raft.ServerID(s.ID), raft.ServerAddress(s.Address))
 		}
 	}
 	return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrTransferTried)

@@ -44,10 +44,11 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 //
 // Every write is mirrored, best effort, to the values raft-boltdb keeps
 // in raft.db, which is where older versions read them: mirrorAfter after
-// it, by the store's own goroutine (mirrorLoop), and before Close returns. Mirrored
-// as part of each write, a term or a vote cost a bolt commit, two more
-// syncs, before Raft could answer: after a restart of every node of a
-// thousand partitions, that doubled the time until every one was led.
+// it, by the store's own goroutine (mirrorLoop), and before Close
+// returns. Mirrored as part of each write, a term or a vote cost a bolt
+// commit, two more syncs, before Raft could answer: after a restart of
+// every node of a thousand partitions, that doubled the time until every
+// one was led.
 // A node that crashed may leave raft.db a moment behind: start it again
 // on this version, and stop it, before moving it back to an older one.
 type stableStore struct {
