@@ -169,3 +169,93 @@ func answers(ctx context.Context, c *transport.Conn) <-chan transport.Command {
 	}()
 	return out
 }
+
+// A client that gives up waiting for a subscribe and closes the consumer
+// id leaves nothing attached, even when the close is served before the
+// subscribe completes: the key_shared consumer name is free for the
+// client's next try on the same connection, and that try gets the keys.
+// (A consumer the client had abandoned used to stay attached with no
+// permits; the client's retries on its connection were refused as busy
+// for ever and the consumer's keys were never delivered.)
+func TestConsumerClosedWhileSubscribingStaysClosed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The subscribe waits on a probe of a silent holder until the test
+	// closes the holder's connection.
+	n := startNodeWith(t, t.TempDir(), func(c *broker.Config) { c.Subscriptions.ProbeTimeout = 10 * time.Minute })
+	const stream = "persistent://public/default/abandoned"
+	const part = stream + "-partition-0"
+	silent, err := dialRaw(ctx, t, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := request(ctx, t, silent, &transport.CreateStream{RequestID: 1, Stream: stream, Partitions: 2, Replicas: 1}); fmt.Sprintf("%T", res) != "*transport.Success" {
+		t.Fatalf("create stream: %#v", res)
+	}
+	sub := func(rid, id uint64) *transport.Subscribe {
+		return &transport.Subscribe{RequestID: rid, ConsumerID: id, Stream: part, Subscription: "ks", Mode: transport.KeyShared, ConsumerName: "a"}
+	}
+	if res := request(ctx, t, silent, sub(2, 1)); fmt.Sprintf("%T", res) != "*transport.SubscribeReady" {
+		t.Fatalf("silent subscribe: %#v", res)
+	}
+
+	c, err := dialRaw(ctx, t, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := request(ctx, t, c, &transport.CreateProducer{RequestID: 1, ProducerID: 1, Stream: part}); fmt.Sprintf("%T", res) != "*transport.ProducerReady" {
+		t.Fatalf("create producer: %#v", res)
+	}
+	got := answers(ctx, c)
+	next := func() transport.Command {
+		t.Helper()
+		select {
+		case res := <-got:
+			return res
+		case <-ctx.Done():
+			t.Fatal("no answer")
+			return nil
+		}
+	}
+	// The subscribe waits on the silent holder of the name; the close is
+	// answered meanwhile.
+	for _, cmd := range []transport.Command{sub(10, 1), &transport.CloseConsumer{RequestID: 11, ConsumerID: 1}} {
+		if err := c.Send(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, ok := next().(*transport.Success); !ok || res.RequestID != 11 {
+		t.Fatalf("got %#v, want the close answered while the subscribe waits", res)
+	}
+	// The holder goes; the subscribe can complete, and must not attach.
+	silent.Close()
+	if res, ok := next().(*transport.Error); !ok || res.RequestID != 10 {
+		t.Fatalf("the subscribe of a consumer closed meanwhile was answered %#v, want an error", res)
+	}
+	if err := c.Send(ctx, sub(12, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := next().(*transport.SubscribeReady); !ok || res.RequestID != 12 {
+		t.Fatalf("the next subscribe of the name was answered %#v: the closed consumer holds it", res)
+	}
+	for _, cmd := range []transport.Command{
+		&transport.Flow{ConsumerID: 2, Permits: 10},
+		&transport.Send{ProducerID: 1, Messages: []transport.MessageData{{Key: "k", SequenceID: 0, Payload: []byte("m")}}},
+	} {
+		if err := c.Send(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for delivered := false; !delivered; {
+		switch res := next().(type) {
+		case *transport.SendReceipt:
+		case *transport.Message:
+			if res.ConsumerID != 2 || len(res.Messages) != 1 || res.Messages[0].Data.Key != "k" {
+				t.Fatalf("delivered %#v, want the message to consumer 2", res)
+			}
+			delivered = true
+		default:
+			t.Fatalf("got %#v while waiting for the message", res)
+		}
+	}
+}

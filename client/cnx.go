@@ -343,6 +343,22 @@ func (x *cnx) request(ctx context.Context, cmd transport.Command) (transport.Com
 	}
 }
 
+// abandonConsumer closes on the broker a consumer id whose subscribe the
+// client gave up on, without waiting: a subscribe answered after its
+// caller stopped waiting would otherwise leave a consumer attached that
+// nobody reads, holding its name (failover, key_shared) and, with no
+// permits, its keys. The broker detaches it even when the close overtakes
+// the subscribe. If the close cannot be sent the connection closes, which
+// detaches it too.
+func (x *cnx) abandonConsumer(id uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	defer cancel()
+	x.send(ctx, &transport.CloseConsumer{ConsumerID: id})
+}
+
+// abandonTimeout bounds the send of an abandoned consumer's close.
+const abandonTimeout = 5 * time.Second
+
 // send sends a command that has no answer.
 func (x *cnx) send(ctx context.Context, cmd transport.Command) error {
 	if err := x.conn.Send(ctx, cmd); err != nil {

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -490,6 +491,10 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 		_, err := x.request(ctx, pc.subscribe(id))
 		if err != nil {
 			x.removeConsumer(id)
+			if ctx.Err() != nil {
+				// Given up unanswered: the broker may still attach it.
+				x.abandonConsumer(id)
+			}
 		}
 		return err
 	})
@@ -505,6 +510,7 @@ func (pc *partitionConsumer) connect(ctx context.Context) error {
 	if pc.closed {
 		pc.mu.Unlock()
 		x.removeConsumer(id)
+		x.abandonConsumer(id)
 		return ErrClosed
 	}
 	pc.x, pc.id = x, id
@@ -571,7 +577,11 @@ func (pc *partitionConsumer) loop() {
 				if pc.ctx.Err() != nil {
 					return
 				}
-				pc.cons.c.logger.Debug("consumer reconnect failed", "partition", pc.partition, "attempt", n+1, "err", err)
+				level := slog.LevelDebug
+				if (n+1)%reconnectWarnEvery == 0 {
+					level = slog.LevelWarn
+				}
+				pc.cons.c.logger.Log(pc.ctx, level, "consumer reconnect failed", "partition", pc.partition, "attempt", n+1, "err", err)
 				// Busy may be this consumer's own old connection, which the
 				// broker has not seen die yet: that clears up.
 				if code := transport.CodeOf(err); !retryable(err) && code != transport.CodeConsumerBusy && code != transport.CodeSubscriptionBusy {
@@ -585,6 +595,11 @@ func (pc *partitionConsumer) loop() {
 		}
 	}
 }
+
+// reconnectWarnEvery: a consumer's failed reconnects are logged at debug
+// level, every reconnectWarnEvery-th at warn, so that one that cannot
+// reattach is seen without flooding the log through a failover.
+const reconnectWarnEvery = 10
 
 func (pc *partitionConsumer) connectionLost(x *cnx) {
 	select {

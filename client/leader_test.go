@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,10 +14,12 @@ import (
 
 // fakeNode answers the commands a producer's attach sends: it says it
 // leads every partition it is asked about, and answers CreateProducer
-// with create (a ProducerReady, or an error).
+// with create (a ProducerReady, or an error). Other commands go to other,
+// when set, which answers them or returns nil to leave them unanswered.
 type fakeNode struct {
 	ln      net.Listener
 	create  func(*transport.CreateProducer) transport.Command
+	other   func(transport.Command) transport.Command
 	lookups atomic.Int64
 	creates atomic.Int64
 	wg      sync.WaitGroup
@@ -24,11 +27,16 @@ type fakeNode struct {
 
 func startFakeNode(t *testing.T, create func(*transport.CreateProducer) transport.Command) *fakeNode {
 	t.Helper()
+	return startFakeNodeWith(t, create, nil)
+}
+
+func startFakeNodeWith(t *testing.T, create func(*transport.CreateProducer) transport.Command, other func(transport.Command) transport.Command) *fakeNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &fakeNode{ln: ln, create: create}
+	n := &fakeNode{ln: ln, create: create, other: other}
 	n.wg.Go(func() {
 		for {
 			nc, err := ln.Accept()
@@ -75,7 +83,12 @@ func (n *fakeNode) serve(nc net.Conn) {
 		case *transport.CloseProducer:
 			answer = &transport.Success{RequestID: cmd.RequestID}
 		default:
-			continue
+			if n.other == nil {
+				continue
+			}
+			if answer = n.other(cmd); answer == nil {
+				continue
+			}
 		}
 		if err := c.Send(ctx, answer); err != nil {
 			return
@@ -109,5 +122,48 @@ func TestProducerFollowsLeaderHint(t *testing.T) {
 	}
 	if got := old.lookups.Load() + leader.lookups.Load(); got != 1 {
 		t.Errorf("%d lookups, want 1: the hint is followed, not looked up again", got)
+	}
+}
+
+// A consumer whose subscribe goes unanswered past its deadline closes the
+// consumer id it asked for: a broker that answers later must not keep a
+// consumer attached that nobody reads, holding its name and its keys.
+func TestAbandonedSubscribeIsClosed(t *testing.T) {
+	subscribed := make(chan uint64, 1)
+	closed := make(chan uint64, 1)
+	n := startFakeNodeWith(t, nil, func(cmd transport.Command) transport.Command {
+		switch c := cmd.(type) {
+		case *transport.Subscribe:
+			select { // and never answered
+			case subscribed <- c.ConsumerID:
+			default:
+			}
+		case *transport.CloseConsumer:
+			select {
+			case closed <- c.ConsumerID:
+			default:
+			}
+		}
+		return nil
+	})
+	c, err := New(Options{URL: "fabriq://" + n.addr(), OperationTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = c.Subscribe(ctx, ConsumerOptions{Stream: "persistent://t/f/s", Subscription: "s", Type: KeyShared, Name: "a"})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("subscribe answered by no one returned %v, want the deadline", err)
+	}
+	id := <-subscribed
+	select {
+	case got := <-closed:
+		if got != id {
+			t.Fatalf("closed consumer %d, want the abandoned %d", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abandoned consumer id was never closed")
 	}
 }

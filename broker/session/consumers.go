@@ -11,6 +11,7 @@ import (
 )
 
 func (s *Session) subscribe(c *transport.Subscribe) {
+	defer s.forgetSubscribe(c)
 	if err := geofabric.CheckClientName("subscription", c.Subscription); err != nil {
 		s.replyErr(c.RequestID, wire.Errorf(transport.CodeInvalidName, "%v", err))
 		return
@@ -50,9 +51,17 @@ func (s *Session) subscribe(c *transport.Subscribe) {
 	})
 	// The mark goes before the answer: a client that sends its next
 	// subscribe on this answer finds the count it expects.
-	s.endSubscribe(c.ConsumerID, cons)
+	abandoned := s.endSubscribe(c, cons)
 	if err != nil {
 		s.replyErr(c.RequestID, err)
+		return
+	}
+	if abandoned {
+		// The client closed this consumer id while it waited (it gave up
+		// on the answer): the consumer must not stay attached, holding
+		// its name and, with no permits, its keys.
+		cons.Detach()
+		s.replyErr(c.RequestID, wire.Errorf(transport.CodeConsumerNotFound, "consumer %d was closed before its subscribe was answered", c.ConsumerID))
 		return
 	}
 	s.reply(&transport.SubscribeReady{RequestID: c.RequestID, ConsumerName: name})
@@ -64,14 +73,78 @@ func (s *Session) subscribe(c *transport.Subscribe) {
 }
 
 // endSubscribe clears the in-progress mark of a consumer id and, when
-// the subscribe succeeded, holds its consumer, in one step.
-func (s *Session) endSubscribe(id uint64, cons *partition.Consumer) {
+// the subscribe succeeded and was not abandoned, holds its consumer, in
+// one step. It reports whether a CloseConsumer for the id was read after
+// the subscribe.
+func (s *Session) endSubscribe(c *transport.Subscribe, cons *partition.Consumer) (abandoned bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.subscribing, id)
-	if cons != nil {
-		s.consumers[id] = cons
+	delete(s.subscribing, c.ConsumerID)
+	abandoned = s.endRead(c)
+	if cons != nil && !abandoned {
+		s.consumers[c.ConsumerID] = cons
 	}
+	return abandoned
+}
+
+// subRead counts, for one consumer id, the subscribes read and not yet
+// ended, and the CloseConsumers read while any was.
+type subRead struct {
+	pending int
+	closes  uint64
+}
+
+// readSubscribe notes, on the reader, a subscribe read: it runs later on
+// a control worker, and a CloseConsumer of its id read meanwhile — a
+// client that gave up waiting for the answer — must not be overtaken by
+// it (see readClose).
+func (s *Session) readSubscribe(c *transport.Subscribe) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.subReads[c.ConsumerID]
+	if r == nil {
+		r = &subRead{}
+		s.subReads[c.ConsumerID] = r
+	}
+	r.pending++
+	s.subSeen[c] = r.closes
+}
+
+// readClose notes, on the reader, a CloseConsumer read: the subscribes of
+// its id read before it and not ended yet are abandoned. Closes run in
+// order with the connection's other requests, subscribes off that order,
+// so a close may be served while its subscribe waits; the subscribe then
+// detaches the consumer it made instead of holding it.
+func (s *Session) readClose(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.subReads[id]; r != nil {
+		r.closes++
+	}
+}
+
+// endRead forgets a subscribe noted by readSubscribe and reports whether a
+// close of its id was read after it; s.mu is held.
+func (s *Session) endRead(c *transport.Subscribe) (abandoned bool) {
+	seen, ok := s.subSeen[c]
+	if !ok {
+		return false
+	}
+	delete(s.subSeen, c)
+	r := s.subReads[c.ConsumerID]
+	abandoned = r.closes > seen
+	if r.pending--; r.pending == 0 {
+		delete(s.subReads, c.ConsumerID)
+	}
+	return abandoned
+}
+
+// forgetSubscribe forgets a subscribe that ended before endSubscribe (a
+// refusal); it does nothing after endSubscribe.
+func (s *Session) forgetSubscribe(c *transport.Subscribe) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endRead(c)
 }
 
 // checkMode refuses an unknown subscription mode or key_shared policy,

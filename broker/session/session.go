@@ -175,6 +175,12 @@ type Session struct {
 	consumers map[uint64]*partition.Consumer
 	// subscribing holds the consumer ids whose subscribe is in progress.
 	subscribing map[uint64]bool
+	// subReads counts, by consumer id, the subscribes read and not ended
+	// and the CloseConsumers read since the first of them; subSeen holds
+	// each such subscribe's count of closes when it was read. A close
+	// read after a subscribe abandons it (see readClose).
+	subReads map[uint64]*subRead
+	subSeen  map[*transport.Subscribe]uint64
 	// watches holds the open stream watches, by id.
 	watches map[uint64]*streamWatch
 }
@@ -219,6 +225,8 @@ func New(nc net.Conn, node Node, cfg Config) (*Session, error) {
 		producers:   map[uint64]*sessProducer{},
 		consumers:   map[uint64]*partition.Consumer{},
 		subscribing: map[uint64]bool{},
+		subReads:    map[uint64]*subRead{},
+		subSeen:     map[*transport.Subscribe]uint64{},
 		watches:     map[uint64]*streamWatch{},
 	}, nil
 }
@@ -298,7 +306,7 @@ func (s *Session) readLoop(readErr chan<- error) {
 			readErr <- err
 			return
 		}
-		switch cmd.(type) {
+		switch c := cmd.(type) {
 		case *transport.Pong:
 			select {
 			case s.pong <- struct{}{}:
@@ -308,6 +316,10 @@ func (s *Session) readLoop(readErr chan<- error) {
 		case *transport.Ping:
 			s.reply(&transport.Pong{})
 			continue
+		case *transport.Subscribe:
+			s.readSubscribe(c)
+		case *transport.CloseConsumer:
+			s.readClose(c.ConsumerID)
 		}
 		q := queued{cmd: cmd, size: charge(size)}
 		if !s.in.take(q.size, s.done) {
