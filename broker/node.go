@@ -63,6 +63,10 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// serving is set once Start has returned and cleared when the node
+	// starts to stop: Readiness reads the rest only while it is set.
+	serving atomic.Bool
+
 	mu         sync.Mutex
 	partitions map[string]*localPartition
 	// retired holds the copies of partitions moved away that still run
@@ -200,6 +204,7 @@ func (n *Node) Start(ctx context.Context) error {
 	go n.reconcileLoop()
 	go n.acceptLoop()
 	n.requestReconcile()
+	n.serving.Store(true)
 	return nil
 }
 
@@ -1079,6 +1084,7 @@ func hostOf(a net.Addr) string {
 // goes, and no send fails for its departure), then closes it. ctx bounds
 // the hand-over; Close follows whatever happens.
 func (n *Node) Shutdown(ctx context.Context) error {
+	n.serving.Store(false)
 	if n.mux != nil {
 		n.mux.Leave()
 	}
@@ -1204,6 +1210,7 @@ func (h *handOvers) counts() map[string]int {
 // Close stops serving, closes every session, partition and group, and
 // waits for every goroutine. It is idempotent.
 func (n *Node) Close() error {
+	n.serving.Store(false)
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()

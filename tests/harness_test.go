@@ -59,9 +59,17 @@ type node struct {
 	dataDir string
 	cmd     *exec.Cmd
 	addr    string // client address it bound
+	http    string // HTTP address it bound (health)
 	logs    *lockedBuffer
 	exited  chan struct{}
-	ready   chan string // the client address, once ready
+	ready   chan readyLine // once ready
+}
+
+// readyLine is what a node's "fabriqd ready" log line says.
+type readyLine struct {
+	Msg    string `json:"msg"`
+	Client string `json:"client"`
+	HTTP   string `json:"http"`
 }
 
 type lockedBuffer struct {
@@ -102,7 +110,7 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 	t.Helper()
 	args := append([]string{
 		"--node-id", id, "--data-dir", dataDir,
-		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-json",
+		"--client-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-json",
 	}, extra...)
 	argv := append(slices.Clone(wrapper), filepath.Join(bin, "fabriqd"))
 	argv = append(argv, args...)
@@ -114,7 +122,7 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{}), ready: make(chan string, 1)}
+	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{}), ready: make(chan readyLine, 1)}
 	ready := n.ready
 	// FABRIQ_TEST_LOGS keeps every node's whole log in a file of that
 	// directory, ID-PID.log (the test's output has each one's tail).
@@ -135,13 +143,10 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 			line := sc.Text()
 			fmt.Fprintln(n.logs, line)
 			fmt.Fprintln(keep, line)
-			var rec struct {
-				Msg    string `json:"msg"`
-				Client string `json:"client"`
-			}
+			var rec readyLine
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "fabriqd ready" {
 				select {
-				case ready <- rec.Client:
+				case ready <- rec:
 				default:
 				}
 			}
@@ -164,7 +169,8 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 func (n *node) waitReady() {
 	n.t.Helper()
 	select {
-	case n.addr = <-n.ready:
+	case r := <-n.ready:
+		n.addr, n.http = r.Client, r.HTTP
 	case <-n.exited:
 		n.t.Fatalf("fabriqd %s exited before it was ready:\n%s", n.id, n.logs.String())
 	case <-time.After(90 * time.Second):

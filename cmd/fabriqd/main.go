@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -85,7 +86,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.clientAddr, "client-addr", "127.0.0.1:6650", "address clients connect to")
 	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
 	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address, TCP and UDP")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "metrics and health address (advertised; served in a later version)")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs) and /readyz (the node is ready: started, the metadata group and every partition of the node led); advertised to the other nodes; off when empty")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
@@ -140,6 +141,16 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(handler)
+	var httpLn net.Listener
+	if o.httpAddr != "" {
+		ln, err := listenHTTP(o.httpAddr)
+		if err != nil {
+			return err
+		}
+		httpLn = ln
+		defer ln.Close()
+		o.httpAddr = ln.Addr().String()
+	}
 	node, err := broker.NewNode(broker.Config{
 		NodeID:            o.nodeID,
 		DataDir:           o.dataDir,
@@ -169,6 +180,10 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if httpLn != nil {
+		// From before the start, so that /readyz answers "not yet".
+		defer serveHealth(httpLn, node, logger)()
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = node.Start(startCtx)
 	cancel()
@@ -183,7 +198,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		}
 		defer stopPprof()
 	}
-	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "data", o.dataDir, "version", version)
+	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "http", o.httpAddr, "data", o.dataDir, "version", version)
 	<-ctx.Done()
 	logger.Info("fabriqd stopping", "signal", strings.TrimSpace(context.Cause(ctx).Error()))
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)

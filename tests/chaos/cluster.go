@@ -129,10 +129,14 @@ func NewCluster(bin, dataDir, logDir string, n int, hosts Hosts, extra ...string
 		if err != nil {
 			return nil, err
 		}
+		http, err := addr(i, 8080)
+		if err != nil {
+			return nil, err
+		}
 		id := fmt.Sprint("n", i+1)
 		nd := &Node{ID: id, Dir: filepath.Join(dataDir, id), Client: client, log: filepath.Join(logDir, id+".log")}
 		nd.args = append([]string{
-			"--node-id", id, "--data-dir", nd.Dir, "--client-addr", client, "--raft-addr", raft,
+			"--node-id", id, "--data-dir", nd.Dir, "--client-addr", client, "--raft-addr", raft, "--http-addr", http,
 			"--gossip-addr", gossip[i], "--bootstrap-expect", fmt.Sprint(n), "--join", gossip[(i+1)%n], "--log-json",
 		}, extra...)
 		c.Nodes = append(c.Nodes, nd)

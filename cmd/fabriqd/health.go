@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/fabriq-io/fabriq/broker"
+)
+
+// listenHTTP opens the HTTP port (--http-addr) before the node is made,
+// so that the address advertised to the other nodes is the one bound
+// (port 0 picks one).
+func listenHTTP(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr: %w", err)
+	}
+	return ln, nil
+}
+
+// serveHealth serves on ln, from the node's start to its stop:
+//   - /healthz: 200 while the process runs (liveness);
+//   - /readyz: 200 when the node is ready (broker.Readiness: started, the
+//     metadata group led, every partition of the node led), 503 when
+//     not; the body is the readiness as JSON either way.
+//
+// stop shuts the server down, waiting up to 5 s for requests in flight.
+func serveHealth(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		r := node.Readiness()
+		w.Header().Set("Content-Type", "application/json")
+		if !r.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		body := struct {
+			Ready bool `json:"ready"`
+			broker.Readiness
+		}{r.Ready(), r}
+		json.NewEncoder(w).Encode(body)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Warn("HTTP server stopped", "err", err)
+		}
+	}()
+	logger.Info("serving health", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}
+}
