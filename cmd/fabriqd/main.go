@@ -34,6 +34,8 @@ func main() {
 }
 
 type options struct {
+	config          string
+	printConfig     bool
 	nodeID          string
 	dataDir         string
 	clientAddr      string
@@ -76,10 +78,20 @@ own. Stop it with SIGINT or SIGTERM.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.config != "" {
+				if err := applyConfig(cmd.Flags(), o.config); err != nil {
+					return err
+				}
+			}
+			if o.printConfig {
+				return printConfig(stdout, cmd.Flags())
+			}
 			return run(cmd.Context(), o, stderr)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "YAML file of flag values, keyed by flag name without the dashes (join as a list); flags on the command line override it, a key that is no flag is an error")
+	f.BoolVar(&o.printConfig, "print-config", false, "print the effective configuration (command line, --config file, defaults) as a config file, and exit")
 	host, _ := os.Hostname()
 	f.StringVar(&o.nodeID, "node-id", host, "stable identity of this node (Raft knows it by this id)")
 	f.StringVar(&o.dataDir, "data-dir", "fabriq-data", "directory for the node's metadata and partition data")

@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestHelpExplainsFlags(t *testing.T) {
@@ -81,5 +86,89 @@ func TestSegmentBytesFlag(t *testing.T) {
 		if err := f.Set(in); err != nil || int64(f) != want {
 			t.Errorf("--segment-bytes %s = %d, %v; want %d", in, f, err, want)
 		}
+	}
+}
+
+// printed runs fabriqd with args (ending in --print-config) and returns
+// what it printed, or its error.
+func printed(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := newRootCommand(&out, new(bytes.Buffer))
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fabriqd.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A config file sets flags, the command line overrides it, and
+// --print-config shows the result as a file that reads back the same.
+func TestConfigFile(t *testing.T) {
+	path := writeConfig(t, `
+# a node of three
+node-id: n2
+region: eu-west
+join: [10.0.0.1:7946, 10.0.0.3:7946]
+retention-interval: 9s
+min-free-disk: 2GiB
+log-json: true
+`)
+	out, err := printed(t, "--config", path, "--region", "us-east", "--print-config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := yaml.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("--print-config printed what is not YAML: %v\n%s", err, out)
+	}
+	want := map[string]any{
+		"node-id": "n2", "region": "us-east", "retention-interval": "9s", "min-free-disk": "2GiB",
+		"log-json": true, "join": []any{"10.0.0.1:7946", "10.0.0.3:7946"}, "bootstrap-expect": 1,
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(got[k], v) {
+			t.Errorf("%s = %#v, want %#v", k, got[k], v)
+		}
+	}
+	for _, k := range notInConfig {
+		if _, ok := got[k]; ok {
+			t.Errorf("--print-config prints %s", k)
+		}
+	}
+	again, err := printed(t, "--config", writeConfig(t, out), "--print-config")
+	if err != nil {
+		t.Fatalf("the printed config does not read back: %v\n%s", err, out)
+	}
+	if again != out {
+		t.Fatalf("the printed config read back prints\n%s\nnot\n%s", again, out)
+	}
+}
+
+// A config file's mistakes are errors naming the line, not ignored.
+func TestConfigFileMistakes(t *testing.T) {
+	for _, c := range []struct{ text, says string }{
+		{"node-id: n1\nnode_id: n2\n", `line 2: unknown key "node_id"`},
+		{"config: other.yaml\n", `unknown key "config"`},
+		{"segment-bytes: lots\n", "line 1: segment-bytes"},
+		{"region: [a, b]\n", "takes one value, not a list"},
+		{"region: eu\nregion: us\n", `line 2: "region" given twice`},
+		{"- node-id\n", "want a mapping"},
+		{"region: eu\n  bad: indent\n", "fabriqd.yaml"},
+	} {
+		_, err := printed(t, "--config", writeConfig(t, c.text), "--print-config")
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("config %q: got %v, want an error saying %q", c.text, err, c.says)
+		}
+	}
+	if _, err := printed(t, "--config", filepath.Join(t.TempDir(), "none.yaml"), "--print-config"); err == nil {
+		t.Error("a missing config file is not an error")
 	}
 }
