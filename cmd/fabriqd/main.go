@@ -98,7 +98,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.clientAddr, "client-addr", "127.0.0.1:6650", "address clients connect to")
 	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
 	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address, TCP and UDP")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs) and /readyz (the node is ready: started, the metadata group and every partition of the node led); advertised to the other nodes; off when empty")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs), /readyz (the node is ready: started, the metadata group and every partition of the node led) and /metrics (Prometheus); advertised to the other nodes; off when empty")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
@@ -194,7 +194,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	defer stop()
 	if httpLn != nil {
 		// From before the start, so that /readyz answers "not yet".
-		defer serveHealth(httpLn, node, logger)()
+		defer serveHTTP(httpLn, node, logger)()
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = node.Start(startCtx)

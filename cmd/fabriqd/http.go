@@ -10,6 +10,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/fabriq-io/fabriq/broker"
 )
 
@@ -24,15 +28,20 @@ func listenHTTP(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// serveHealth serves on ln, from the node's start to its stop:
+// serveHTTP serves on ln, from the node's start to its stop:
 //   - /healthz: 200 while the process runs (liveness);
 //   - /readyz: 200 when the node is ready (broker.Readiness: started, the
 //     metadata group led, every partition of the node led), 503 when
-//     not; the body is the readiness as JSON either way.
+//     not; the body is the readiness as JSON either way;
+//   - /metrics: the node's metrics (broker.Node.Collector), Go's and the
+//     process's, in Prometheus's text format.
 //
 // stop shuts the server down, waiting up to 5 s for requests in flight.
-func serveHealth(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop func()) {
+func serveHTTP(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop func()) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(node.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -57,7 +66,7 @@ func serveHealth(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop 
 			logger.Warn("HTTP server stopped", "err", err)
 		}
 	}()
-	logger.Info("serving health", "addr", ln.Addr().String())
+	logger.Info("serving health and metrics", "addr", ln.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
