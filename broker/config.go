@@ -51,6 +51,9 @@ type Config struct {
 	GossipAddr string
 	// Join lists gossip addresses of nodes already in the cluster.
 	Join []string
+	// GossipKeys encrypt and authenticate gossip (cluster.MembershipConfig
+	// Keys): the first seals, any opens. Empty: gossip in the clear.
+	GossipKeys [][]byte
 	// HTTPAddr is advertised to other nodes for metrics and health.
 	HTTPAddr string
 	// Region is the node's region.

@@ -179,6 +179,7 @@ func (n *Node) Start(ctx context.Context) error {
 			NodeID:   n.cfg.NodeID,
 			BindAddr: n.cfg.GossipAddr,
 			Join:     n.cfg.Join,
+			Keys:     n.cfg.GossipKeys,
 			Meta: cluster.NodeMeta{
 				ID: n.cfg.NodeID, Region: n.cfg.Region, ClientAddr: n.cfg.AdvertiseClientAddr,
 				RaftAddr: n.cfg.AdvertiseRaftAddr, HTTPAddr: n.cfg.HTTPAddr, Version: n.cfg.Version,

@@ -79,6 +79,15 @@ type MembershipConfig struct {
 	// gossiped (see Routes.Forget). Default 1h.
 	TombstoneTTL time.Duration
 
+	// Keys, when set, encrypt and authenticate gossip (AES-GCM, memberlist's
+	// keyring): every message is sealed with the first key, and one sealed
+	// with any of them is taken; a message that none opens, or that is not
+	// sealed, is dropped, so a node without a key of the cluster cannot
+	// join it or be told anything. Each key is 16, 24 or 32 bytes. Rotate
+	// by adding the new key after the old on every node, then putting it
+	// first on every node, then removing the old.
+	Keys [][]byte
+
 	// Logger receives the membership's and memberlist's logs. Nil discards.
 	Logger *slog.Logger
 }
@@ -140,6 +149,11 @@ func (c MembershipConfig) Validate() error {
 	}
 	if c.Meta.ID != c.NodeID {
 		errs = append(errs, fmt.Errorf("Meta.ID %q differs from NodeID %q", c.Meta.ID, c.NodeID))
+	}
+	for i, k := range c.Keys {
+		if l := len(k); l != 16 && l != 24 && l != 32 {
+			errs = append(errs, fmt.Errorf("gossip key %d is %d bytes, want 16, 24 or 32", i+1, l))
+		}
 	}
 	if err := checkMeta(c.Meta); err != nil {
 		errs = append(errs, err)
@@ -213,8 +227,16 @@ func (c MembershipConfig) DetectionTime(n int) time.Duration {
 
 // memberlistConfig maps the configuration, defaults filled, to
 // memberlist's.
-func (c MembershipConfig) memberlistConfig(d mlDelegate) *memberlist.Config {
+func (c MembershipConfig) memberlistConfig(d mlDelegate) (*memberlist.Config, error) {
 	mc := memberlist.DefaultLANConfig()
+	if len(c.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(c.Keys, c.Keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("cluster: gossip keys: %w", err)
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
 	mc.Name = c.NodeID
 	bindIP, bindPort, _ := splitIPPort(c.BindAddr) // validated
 	mc.BindAddr = bindIP.String()
@@ -242,7 +264,7 @@ func (c MembershipConfig) memberlistConfig(d mlDelegate) *memberlist.Config {
 	mc.Conflict = d
 	mc.LogOutput = nil
 	mc.Logger = newMLLogger(c.Logger)
-	return mc
+	return mc, nil
 }
 
 // splitIPPort parses IP:port; the port may be 0.

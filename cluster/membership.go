@@ -327,7 +327,11 @@ func (m *Membership) Start() error {
 	case stateClosed:
 		return fmt.Errorf("cluster: start membership: %w", ErrClosed)
 	}
-	ml, err := memberlist.Create(m.cfg.memberlistConfig(mlDelegate{m: m}))
+	var ml *memberlist.Memberlist
+	mc, err := m.cfg.memberlistConfig(mlDelegate{m: m})
+	if err == nil {
+		ml, err = memberlist.Create(mc)
+	}
 	if err != nil {
 		m.in.drain()
 		return fmt.Errorf("cluster: start membership on %s: %w", m.cfg.BindAddr, err)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -635,4 +636,36 @@ func TestMembershipProtocolOf(t *testing.T) {
 	if err != nil || m.RaftProtocol != ProtocolGroups || m.RaftAddr != "10.0.0.1:7650" {
 		t.Fatalf("an older node's metadata decodes to %+v, %v", m, err)
 	}
+}
+
+// With gossip keys, members holding the cluster's key form it; a node
+// with another key, or with none, cannot join: its tries fail and neither
+// side lists the other.
+func TestMembershipGossipKeys(t *testing.T) {
+	t.Parallel()
+	key := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+	ms := startCluster(t, 2, func(c *MembershipConfig) { c.Keys = [][]byte{key(1)} })
+	for _, outsider := range []struct {
+		id   string
+		keys [][]byte
+	}{{"other-key", [][]byte{key(2)}}, {"no-key", nil}} {
+		rec := newLogRecorder()
+		m := newMember(t, outsider.id, []string{ms[0].Addr()}, func(c *MembershipConfig) {
+			c.Keys = outsider.keys
+			c.Logger = slog.New(rec)
+		})
+		rec.wait(t, 10*time.Second, "could not join the cluster yet")
+		if n := len(m.Members()); n != 1 {
+			t.Errorf("%s lists %d members after its join failed", outsider.id, n)
+		}
+		for _, in := range ms {
+			if _, ok := member(in, outsider.id); ok {
+				t.Errorf("%s lists %s, whose key is not the cluster's", in.cfg.NodeID, outsider.id)
+			}
+		}
+	}
+	// A rotation's first step: a node that has the new key after the old
+	// (sealing with the old, taking both) joins those that have the old.
+	newMember(t, "rotating", []string{ms[0].Addr()}, func(c *MembershipConfig) { c.Keys = [][]byte{key(1), key(3)} })
+	waitAlive(t, ms[0], 3, 10*time.Second)
 }

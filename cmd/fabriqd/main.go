@@ -36,6 +36,7 @@ func main() {
 type options struct {
 	config          string
 	printConfig     bool
+	gossipKeyFile   string
 	nodeID          string
 	dataDir         string
 	clientAddr      string
@@ -98,6 +99,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.clientAddr, "client-addr", "127.0.0.1:6650", "address clients connect to")
 	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
 	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address, TCP and UDP")
+	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file of gossip encryption keys, one base64 key of 16, 24 or 32 bytes a line (head -c 32 /dev/urandom | base64): the first seals, every one opens; a node without a key of the cluster cannot join it (empty: gossip in the clear)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs), /readyz (the node is ready: started, the metadata group and every partition of the node led) and /metrics (Prometheus); advertised to the other nodes; off when empty")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
@@ -153,6 +155,14 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(handler)
+	var gossipKeys [][]byte
+	if o.gossipKeyFile != "" {
+		keys, err := readGossipKeys(o.gossipKeyFile)
+		if err != nil {
+			return err
+		}
+		gossipKeys = keys
+	}
 	var httpLn net.Listener
 	if o.httpAddr != "" {
 		ln, err := listenHTTP(o.httpAddr)
@@ -171,6 +181,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		Region:            o.region,
 		GossipAddr:        o.gossipAddr,
 		Join:              o.join,
+		GossipKeys:        gossipKeys,
 		HTTPAddr:          o.httpAddr,
 		BootstrapExpect:   o.bootstrapExpect,
 		MaxMessageBytes:   o.maxMessageBytes,

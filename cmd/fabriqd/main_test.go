@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -170,5 +171,26 @@ func TestConfigFileMistakes(t *testing.T) {
 	}
 	if _, err := printed(t, "--config", filepath.Join(t.TempDir(), "none.yaml"), "--print-config"); err == nil {
 		t.Error("a missing config file is not an error")
+	}
+}
+
+func TestGossipKeyFile(t *testing.T) {
+	k16 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 16))
+	k32 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
+	keys, err := readGossipKeys(writeConfig(t, "# rotation: the new key second\n"+k32+"\n\n  "+k16+"  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || len(keys[0]) != 32 || len(keys[1]) != 16 {
+		t.Fatalf("read %d keys of %d and %d bytes", len(keys), len(keys[0]), len(keys[1]))
+	}
+	for text, says := range map[string]string{
+		"# nothing\n":    "no key",
+		"not base64!\n":  "line 1: not base64",
+		k32 + "\nAAAA\n": "line 2: a key of 3 bytes",
+	} {
+		if _, err := readGossipKeys(writeConfig(t, text)); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("key file %q: got %v, want an error saying %q", text, err, says)
+		}
 	}
 }
