@@ -71,18 +71,18 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	leaderless := 0
 	for _, lp := range parts {
 		name := lp.Name()
-		var pi transport.PartitionInfo
-		lp.Describe(&pi)
 		leads := lp.group.IsLeader()
 		if id, _ := lp.group.Leader(); id == "" {
 			leaderless++
 		}
-		ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.GaugeValue, float64(pi.LogBytes), name)
+		ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.GaugeValue, float64(lp.log.Info().Bytes), name)
 		ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, boolValue(leads), name)
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(lp.group.Term()), name)
 		if !leads {
-			continue
+			continue // a follower's copy: its size, no subscriptions to read
 		}
+		var pi transport.PartitionInfo
+		lp.Describe(&pi)
 		ch <- prometheus.MustNewConstMetric(descMessagesIn, prometheus.CounterValue, float64(pi.NextOffset), name)
 		for _, s := range pi.Subscriptions {
 			attached := 0

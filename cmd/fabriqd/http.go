@@ -59,14 +59,21 @@ func serveHTTP(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop fu
 		json.NewEncoder(w).Encode(body)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	return serve(ln, srv, "health and metrics", logger)
+}
+
+// serve runs srv on ln in a goroutine until the returned stop, which
+// shuts it down, waiting up to 5 s for requests in flight, and returns
+// once the goroutine has.
+func serve(ln net.Listener, srv *http.Server, what string, logger *slog.Logger) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Warn("HTTP server stopped", "err", err)
+			logger.Warn("HTTP server stopped", "serving", what, "err", err)
 		}
 	}()
-	logger.Info("serving health and metrics", "addr", ln.Addr().String())
+	logger.Info("serving "+what, "addr", ln.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
