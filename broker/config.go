@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabriq-io/fabriq/auth"
 	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/storage"
@@ -54,6 +55,11 @@ type Config struct {
 	// GossipKeys encrypt and authenticate gossip (cluster.MembershipConfig
 	// Keys): the first seals, any opens. Empty: gossip in the clear.
 	GossipKeys [][]byte
+	// Auth turns authentication and authorization on for client
+	// connections: each must present a token the verifier accepts, and
+	// may do only what its grants allow (package auth). Nil: any client
+	// may do anything.
+	Auth *auth.Verifier
 	// HTTPAddr is advertised to other nodes for metrics and health.
 	HTTPAddr string
 	// Region is the node's region.

@@ -38,6 +38,9 @@ var (
 		"Client connections open on this node.", nil, nil)
 	descDiskFree = prometheus.NewDesc("fabriq_disk_free_bytes",
 		"Free space of the data directory's file system at the last reading (0 with the reserve off).", nil, nil)
+	descRefused = prometheus.NewDesc("fabriq_requests_refused_total",
+		"Requests and connections this node refused, by reason: AuthenticationFailed, AuthorizationFailed, LimitExceeded, DiskFull, ProducerBlockedQuotaExceededError, TooLarge.",
+		[]string{"reason"}, nil)
 	descDiskReserve = prometheus.NewDesc("fabriq_disk_reserve_bytes",
 		"Free space the node keeps in reserve (--min-free-disk): below it sends are refused.", nil, nil)
 )
@@ -50,7 +53,7 @@ type nodeCollector struct{ n *Node }
 // Describe implements prometheus.Collector.
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessagesIn, descLogBytes, descLeader, descTerm, descBacklog, descConsumers,
-		descPartitions, descLeaderless, descConnections, descDiskFree, descDiskReserve} {
+		descPartitions, descLeaderless, descConnections, descDiskFree, descDiskReserve, descRefused} {
 		ch <- d
 	}
 }
@@ -101,6 +104,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	free, reserve := n.disk.reading()
 	ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(free))
 	ch <- prometheus.MustNewConstMetric(descDiskReserve, prometheus.GaugeValue, float64(reserve))
+	for code, count := range n.refused.snapshot() {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(count), code.String())
+	}
 }
 
 func boolValue(b bool) float64 {

@@ -78,6 +78,9 @@ type Node struct {
 	// refusals holds a token per connection being told it is over a
 	// limit (refuse).
 	refusals chan struct{}
+	// refused counts and logs the requests refused for authentication,
+	// authorization, limits and disk space.
+	refused *refusedLog
 	// halted holds the partitions whose state machine stopped on this
 	// node (haltPartition): they stay closed until the disk has room and
 	// their wait is over, or the node restarts.
@@ -138,6 +141,7 @@ func NewNode(cfg Config) (*Node, error) {
 		sessions:    map[*session.Session]struct{}{},
 		perAddr:     map[string]int{},
 		refusals:    make(chan struct{}, maxRefusals),
+		refused:     newRefusedLog(cfg.Logger.With("node", cfg.NodeID)),
 		halted:      map[string]*haltedCopy{},
 		haltWait:    map[string]time.Duration{},
 		changed:     make(chan struct{}),
@@ -1033,6 +1037,8 @@ func (n *Node) sessionConfig() session.Config {
 		MaxProducers:    n.cfg.Limits.MaxProducersPerConnection,
 		MaxConsumers:    n.cfg.Limits.MaxConsumersPerConnection,
 		MaxQueuedBytes:  n.cfg.Limits.MaxQueuedBytesPerConnection,
+		Auth:            n.cfg.Auth,
+		Refused:         n.refused.note,
 		Logger:          n.logger,
 	}
 }
@@ -1058,7 +1064,7 @@ func (n *Node) refuse(nc net.Conn, why error) {
 		nc.Close()
 		return
 	}
-	n.logger.Debug("refusing a connection", "client", nc.RemoteAddr().String(), "reason", why)
+	n.refused.note(transport.CodeLimitExceeded, nc.RemoteAddr().String(), "", why)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

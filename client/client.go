@@ -67,6 +67,14 @@ type Options struct {
 	// Dial opens the TCP connections to nodes (a proxy, a VPN dialer);
 	// default a plain net.Dialer.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Token is presented to the nodes of a cluster with authentication on
+	// (a JWT; see `fabriq token create`).
+	Token string
+	// TokenSupplier, when set, is asked for the token at each new
+	// connection, in place of Token: a node ends a connection when its
+	// token expires, and the client reconnects with the one the supplier
+	// gives then.
+	TokenSupplier func(ctx context.Context) (string, error)
 }
 
 // Client is a connection to a fabriq cluster. It is safe for concurrent

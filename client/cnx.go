@@ -53,6 +53,13 @@ func dial(ctx context.Context, c *Client, addr string) (*cnx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w: %w", addr, errUnreachable, err)
 	}
+	token := c.opts.Token
+	if c.opts.TokenSupplier != nil {
+		if token, err = c.opts.TokenSupplier(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("client: token for %s: %w", addr, err)
+		}
+	}
 	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: c.opts.MaxFrameSize, Logger: c.logger})
 	if err != nil {
 		nc.Close()
@@ -62,6 +69,7 @@ func dial(ctx context.Context, c *Client, addr string) (*cnx, error) {
 		ProtocolVersion: transport.ProtocolVersion,
 		ClientName:      c.opts.Name,
 		ClientVersion:   "go",
+		AuthToken:       token,
 	}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)

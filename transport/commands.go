@@ -78,7 +78,8 @@ type Connect struct {
 	ProtocolVersion int    `msgpack:"v"`
 	ClientName      string `msgpack:"n,omitempty"`
 	ClientVersion   string `msgpack:"cv,omitempty"`
-	// AuthToken is reserved for token authentication.
+	// AuthToken is the client's token (a JWT), required by nodes with
+	// authentication on.
 	AuthToken string `msgpack:"t,omitempty"`
 }
 

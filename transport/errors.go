@@ -43,6 +43,14 @@ const (
 	CodeFabricNotFound       // no such fabric
 	CodeFabricExists         // CreateFabric of a fabric that exists
 	CodeNotEmpty             // a tenant with fabrics, or a fabric with streams, is not deleted
+	// CodeAuthenticationFailed refuses a Connect without a valid token
+	// (missing, expired, wrongly signed), and ends a session whose token
+	// expires. The connection is closed.
+	CodeAuthenticationFailed
+	// CodeAuthorizationFailed refuses a request the session's token does
+	// not allow. It is the same whether or not what the request names
+	// exists.
+	CodeAuthorizationFailed
 )
 
 var codeNames = map[ErrorCode]string{
@@ -75,6 +83,8 @@ var codeNames = map[ErrorCode]string{
 	CodeFabricNotFound:       "FabricNotFound",
 	CodeFabricExists:         "FabricExists",
 	CodeNotEmpty:             "NotEmpty",
+	CodeAuthenticationFailed: "AuthenticationFailed",
+	CodeAuthorizationFailed:  "AuthorizationFailed",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.

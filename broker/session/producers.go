@@ -120,6 +120,7 @@ func (s *Session) send(c *transport.Send) {
 	}
 	fail := func(err error) {
 		e := wire.From(err)
+		s.refused(e)
 		s.reply(&transport.SendError{ProducerID: c.ProducerID, SequenceID: first, Code: e.Code, Message: e.Message, LeaderHint: e.LeaderHint})
 	}
 	if p == nil {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabriq-io/fabriq/auth"
 	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/transport"
@@ -100,6 +101,14 @@ type Config struct {
 	// frames read and not yet handled, and the Message frames queued and
 	// not yet written (plus one frame each way). Default 16 MiB.
 	MaxQueuedBytes int
+	// Auth turns authentication on: a Connect must carry a token it
+	// verifies, and every request is checked against the token's grants.
+	// Nil: every client may do everything.
+	Auth *auth.Verifier
+	// Refused is told of each request refused for a reason an operator
+	// watches (see Refusal), with the client's address and subject; the
+	// node counts and logs them. Nil: nobody is told.
+	Refused func(code transport.ErrorCode, client, subject string, err error)
 	// Logger receives the session's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -144,6 +153,9 @@ type Session struct {
 	seq    uint64 // names the connection to the dispatch engine
 	conn   *transport.Conn
 	logger *slog.Logger
+	// claims are the session's token's, when the node has authentication
+	// on; set by the handshake, before any request is read.
+	claims *auth.Claims
 
 	// out carries replies and events; msgs carries Message frames, which
 	// wait for room (the dispatcher's backpressure) where replies never do,
@@ -248,6 +260,11 @@ func (s *Session) Serve() {
 	defer cancel()
 	hello, err := transport.AwaitConnect(ctx, s.conn)
 	if err == nil {
+		if aerr := s.authenticate(hello); aerr != nil {
+			s.refused(aerr)
+			_ = s.conn.Fail(transport.CodeOf(aerr), aerr)
+			return
+		}
 		err = s.conn.Send(ctx, &transport.Connected{
 			ProtocolVersion: transport.ProtocolVersion,
 			ServerVersion:   s.cfg.Version,
@@ -260,6 +277,13 @@ func (s *Session) Serve() {
 		return
 	}
 	s.logger = s.logger.With("client_name", hello.ClientName)
+	if s.claims != nil {
+		s.logger = s.logger.With("subject", s.claims.Subject)
+		if s.claims.ExpiresAt != nil {
+			s.wg.Add(1)
+			go s.expireToken()
+		}
+	}
 	s.wg.Add(2)
 	go s.writeLoop()
 	go func() {
@@ -564,7 +588,33 @@ func (s *Session) EvictProducer(p *partition.Partition, name string) {
 func (s *Session) replyErr(requestID uint64, err error) {
 	e := wire.From(err)
 	e.RequestID = requestID
+	s.refused(e)
 	s.reply(e)
+}
+
+// Refusal reports whether an error code is one an operator counts and
+// watches: requests refused for authentication, authorization, limits or
+// disk space, rather than for what the client asked.
+func Refusal(code transport.ErrorCode) bool {
+	switch code {
+	case transport.CodeAuthenticationFailed, transport.CodeAuthorizationFailed, transport.CodeLimitExceeded,
+		transport.CodeDiskFull, transport.CodeBacklogQuotaExceeded, transport.CodeTooLarge:
+		return true
+	}
+	return false
+}
+
+// refused tells Config.Refused of a refusal an operator watches.
+func (s *Session) refused(err error) {
+	code := transport.CodeOf(err)
+	if s.cfg.Refused == nil || !Refusal(code) {
+		return
+	}
+	subject := ""
+	if s.claims != nil {
+		subject = s.claims.Subject
+	}
+	s.cfg.Refused(code, s.conn.RemoteAddr().String(), subject, err)
 }
 
 // cleanup detaches everything the session held.
@@ -585,6 +635,9 @@ func (s *Session) cleanup() {
 
 func (s *Session) handle(cmd transport.Command) {
 	fullNames(cmd)
+	if !s.authorize(cmd) {
+		return
+	}
 	switch c := cmd.(type) {
 	case *transport.Ping:
 		s.reply(&transport.Pong{})

@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"slices"
 
+	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -20,7 +22,11 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 		if !s.synced(ctx, c.RequestID) {
 			break
 		}
-		s.reply(&transport.ListTenantsResult{RequestID: c.RequestID, Tenants: s.node.Tenants()})
+		tenants := s.node.Tenants()
+		if s.cfg.Auth != nil {
+			tenants = slices.DeleteFunc(tenants, func(t string) bool { return !s.visible(t, "") })
+		}
+		s.reply(&transport.ListTenantsResult{RequestID: c.RequestID, Tenants: tenants})
 	case *transport.CreateFabric:
 		s.answer(c.RequestID, s.node.CreateFabric(ctx, c))
 	case *transport.DeleteFabric:
@@ -36,6 +42,10 @@ func (s *Session) tenancy(cmd transport.Command) bool {
 			s.replyErr(c.RequestID, err)
 			break
 		}
+		fabrics = slices.DeleteFunc(fabrics, func(f transport.FabricInfo) bool {
+			tenant, name, err := geofabric.ParseFabric(f.Fabric)
+			return err != nil || !s.visible(tenant, name)
+		})
 		s.reply(&transport.ListFabricsResult{RequestID: c.RequestID, Fabrics: fabrics})
 	case *transport.WatchStreams:
 		s.watchStreams(c)

@@ -40,6 +40,7 @@ func main() {
 // app holds what every command shares.
 type app struct {
 	url     string
+	token   string
 	timeout time.Duration
 	stdin   io.Reader
 	stdout  io.Writer
@@ -47,7 +48,11 @@ type app struct {
 }
 
 func (a *app) client() (*client.Client, error) {
-	return client.New(client.Options{URL: a.url, Name: "fabriq-cli", OperationTimeout: a.timeout})
+	token := a.token
+	if token == "" {
+		token = os.Getenv("FABRIQ_TOKEN")
+	}
+	return client.New(client.Options{URL: a.url, Name: "fabriq-cli", OperationTimeout: a.timeout, Token: token})
 }
 
 // withClient runs fn with a client that is closed after.
@@ -81,6 +86,8 @@ right leader.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.url, "url", url, "nodes to contact, fabriq://HOST:PORT[,HOST:PORT...] (env FABRIQ_URL)")
+	// Not the env as the default: --help would print the token.
+	root.PersistentFlags().StringVar(&a.token, "token", "", "token (JWT) to present to a cluster with authentication on (env FABRIQ_TOKEN; see fabriq token create)")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each request to the cluster")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
@@ -90,7 +97,7 @@ right leader.`,
 			fmt.Fprintln(cmd.OutOrStdout(), "fabriq", version)
 		},
 	})
-	root.AddCommand(a.tenantCommand(), a.fabricCommand(), a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.clusterCommand(), a.benchCommand())
+	root.AddCommand(a.tenantCommand(), a.fabricCommand(), a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.clusterCommand(), a.benchCommand(), a.tokenCommand())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

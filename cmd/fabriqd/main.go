@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fabriq-io/fabriq/auth"
 	"github.com/fabriq-io/fabriq/broker"
 )
 
@@ -37,6 +38,8 @@ type options struct {
 	config          string
 	printConfig     bool
 	gossipKeyFile   string
+	authSecretFile  string
+	authPublicKey   string
 	nodeID          string
 	dataDir         string
 	clientAddr      string
@@ -100,6 +103,8 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7650", "address carrying every Raft group of the node")
 	f.StringVar(&o.gossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip membership address, TCP and UDP")
 	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file of gossip encryption keys, one base64 key of 16, 24 or 32 bytes a line (head -c 32 /dev/urandom | base64): the first seals, every one opens; a node without a key of the cluster cannot join it (empty: gossip in the clear)")
+	f.StringVar(&o.authSecretFile, "auth-secret-file", "", "turn authentication on: clients must present a token (JWT) signed with the HMAC secret in this file, at least 32 bytes (openssl rand -base64 48 > FILE), and may do only what its grants allow; make tokens with fabriq token create")
+	f.StringVar(&o.authPublicKey, "auth-public-key-file", "", "turn authentication on, as --auth-secret-file, for tokens signed with the private key of this PEM public key (RSA, ECDSA or Ed25519)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs), /readyz (the node is ready: started, the metadata group and every partition of the node led) and /metrics (Prometheus); advertised to the other nodes; off when empty")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
@@ -163,6 +168,14 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		}
 		gossipKeys = keys
 	}
+	var verifier *auth.Verifier
+	if o.authSecretFile != "" || o.authPublicKey != "" {
+		v, err := auth.LoadVerifier(o.authSecretFile, o.authPublicKey)
+		if err != nil {
+			return fmt.Errorf("--auth-secret-file, --auth-public-key-file: %w", err)
+		}
+		verifier = v
+	}
 	var httpLn net.Listener
 	if o.httpAddr != "" {
 		ln, err := listenHTTP(o.httpAddr)
@@ -182,6 +195,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		GossipAddr:        o.gossipAddr,
 		Join:              o.join,
 		GossipKeys:        gossipKeys,
+		Auth:              verifier,
 		HTTPAddr:          o.httpAddr,
 		BootstrapExpect:   o.bootstrapExpect,
 		MaxMessageBytes:   o.maxMessageBytes,
@@ -221,7 +235,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		}
 		defer stopPprof()
 	}
-	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "http", o.httpAddr, "data", o.dataDir, "version", version)
+	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "http", o.httpAddr, "data", o.dataDir, "auth", verifier != nil, "version", version)
 	<-ctx.Done()
 	logger.Info("fabriqd stopping", "signal", strings.TrimSpace(context.Cause(ctx).Error()))
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)
