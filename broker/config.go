@@ -13,6 +13,7 @@ import (
 	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/storage"
 	"github.com/fabriq-io/fabriq/subscription"
+	"github.com/fabriq-io/fabriq/tlsconfig"
 )
 
 // MaxMessageBytesLimit is the largest MaxMessageBytes: a Raft entry holds
@@ -60,6 +61,11 @@ type Config struct {
 	// may do only what its grants allow (package auth). Nil: any client
 	// may do anything.
 	Auth *auth.Verifier
+	// TLS, when set, makes every port of the node TLS: the client port
+	// with the node's certificate, the Raft port requiring peers'
+	// certificates signed by the cluster's CA (package tlsconfig). Nil:
+	// plain TCP.
+	TLS *tlsconfig.Node
 	// HTTPAddr is advertised to other nodes for metrics and health.
 	HTTPAddr string
 	// Region is the node's region.

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -118,6 +119,14 @@ func (n *Node) legacyIndex(ctx context.Context, addr string) (uint64, error) {
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return 0, err
+	}
+	if n.cfg.TLS != nil {
+		tc := tls.Client(nc, n.cfg.TLS.PeerClient())
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return 0, err
+		}
+		nc = tc
 	}
 	// The connection closes when ctx ends: no read outlives it.
 	stop := context.AfterFunc(ctx, func() { nc.Close() })

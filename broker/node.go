@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -173,7 +174,14 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.cfg.AdvertiseClientAddr == "" {
 		n.cfg.AdvertiseClientAddr = n.clientLn.Addr().String()
 	}
+	if t := n.cfg.TLS; t != nil {
+		n.clientLn = tlsOnlyListener{Listener: n.clientLn, cfg: t.Server()}
+		n.raftLn = tls.NewListener(n.raftLn, t.PeerServer())
+	}
 	n.mux = cluster.NewMux(n.raftLn, n.logger)
+	if n.cfg.TLS != nil {
+		n.mux.SetTLS(n.cfg.TLS.PeerClient())
+	}
 	if err := n.mux.Start(); err != nil {
 		n.shutdownListeners()
 		return err
@@ -238,6 +246,9 @@ func (n *Node) diskLoop() {
 func (n *Node) startControl(ctx context.Context) error {
 	n.rpc = cluster.NewRPCServer(n.mux, n.logger)
 	n.rpcClient = cluster.NewRPCClient()
+	if n.cfg.TLS != nil {
+		n.rpcClient.SetTLS(n.cfg.TLS.PeerClient())
+	}
 	cfg := meta.Config{
 		Self:              meta.Node{ID: n.cfg.NodeID, ClientAddr: n.cfg.AdvertiseClientAddr, RaftAddr: n.cfg.AdvertiseRaftAddr, Region: n.cfg.Region},
 		Group:             n.groupConfig(meta.GroupID, filepath.Join(n.cfg.DataDir, "meta"), nil, nil),

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fabriq-io/fabriq/geofabric"
+	"github.com/fabriq-io/fabriq/tlsconfig"
 	"github.com/fabriq-io/fabriq/transport"
 )
 
@@ -49,8 +52,16 @@ var (
 // Options configures a Client; zero fields take their defaults.
 type Options struct {
 	// URL lists the nodes to bootstrap from:
-	// fabriq://HOST:PORT[,HOST:PORT...]. Default fabriq://127.0.0.1:6650.
+	// fabriq://HOST:PORT[,HOST:PORT...], or fabriq+tls://… for a cluster
+	// with TLS on. Default fabriq://127.0.0.1:6650.
 	URL string
+	// TLSCAFile names the PEM file of the CA that signed the nodes'
+	// certificates, for a fabriq+tls:// URL; empty: the system's roots.
+	TLSCAFile string
+	// TLSConfig, when set, is the TLS configuration of a fabriq+tls:// URL,
+	// in place of TLSCAFile's. The server name is set, per node, to the
+	// host dialled when it is empty.
+	TLSConfig *tls.Config
 	// Name identifies the client to the broker and prefixes generated
 	// producer names.
 	Name string
@@ -81,6 +92,7 @@ type Options struct {
 // use; Close it when done.
 type Client struct {
 	opts   Options
+	tls    *tls.Config // nil: plain TCP
 	addrs  []string
 	logger *slog.Logger
 	reqID  atomic.Uint64
@@ -98,21 +110,30 @@ type Client struct {
 // handle is a producer or consumer the client closes on Close.
 type handle interface{ Close() error }
 
-// ParseURL returns the HOST:PORT addresses of a fabriq:// URL.
+// ParseURL returns the HOST:PORT addresses of a fabriq:// or
+// fabriq+tls:// URL.
 func ParseURL(url string) ([]string, error) {
+	addrs, _, err := parseURL(url)
+	return addrs, err
+}
+
+// parseURL is ParseURL, and whether the URL asks for TLS.
+func parseURL(url string) (addrs []string, secure bool, err error) {
 	rest, ok := strings.CutPrefix(url, "fabriq://")
 	if !ok {
-		return nil, fmt.Errorf("%w %q: it starts with fabriq://", ErrBadURL, url)
+		if rest, ok = strings.CutPrefix(url, "fabriq+tls://"); !ok {
+			return nil, false, fmt.Errorf("%w %q: it starts with fabriq:// or fabriq+tls://", ErrBadURL, url)
+		}
+		secure = true
 	}
-	var addrs []string
 	for _, a := range strings.Split(strings.TrimSuffix(rest, "/"), ",") {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil || host == "" || port == "" {
-			return nil, fmt.Errorf("%w %q: %q is not HOST:PORT", ErrBadURL, url, a)
+			return nil, false, fmt.Errorf("%w %q: %q is not HOST:PORT", ErrBadURL, url, a)
 		}
 		addrs = append(addrs, a)
 	}
-	return addrs, nil
+	return addrs, secure, nil
 }
 
 // New returns a client; it connects lazily, on first use.
@@ -120,9 +141,20 @@ func New(opts Options) (*Client, error) {
 	if opts.URL == "" {
 		opts.URL = "fabriq://127.0.0.1:6650"
 	}
-	addrs, err := ParseURL(opts.URL)
+	addrs, secure, err := parseURL(opts.URL)
 	if err != nil {
 		return nil, err
+	}
+	var tlsConfig *tls.Config
+	switch {
+	case !secure && (opts.TLSConfig != nil || opts.TLSCAFile != ""):
+		return nil, fmt.Errorf("%w %q: TLS options with a plain URL; use fabriq+tls://", ErrBadURL, opts.URL)
+	case secure && opts.TLSConfig != nil:
+		tlsConfig = opts.TLSConfig.Clone()
+	case secure:
+		if tlsConfig, err = tlsconfig.Client(opts.TLSCAFile); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
 	}
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 10 * time.Second
@@ -138,6 +170,7 @@ func New(opts Options) (*Client, error) {
 	}
 	return &Client{
 		opts:    opts,
+		tls:     tlsConfig,
 		addrs:   addrs,
 		logger:  opts.Logger,
 		conns:   map[string]*cnx{},
@@ -264,6 +297,9 @@ func (c *Client) anyConn(ctx context.Context) (*cnx, error) {
 
 // retryable reports whether an error may clear up by looking up again.
 func retryable(err error) bool {
+	if tlsRefused(err) {
+		return false
+	}
 	switch transport.CodeOf(err) {
 	case transport.CodeNotLeader, transport.CodeServiceNotReady, transport.CodeTimeout, transport.CodeClosed,
 		transport.CodeProducerNotFound, transport.CodeConsumerNotFound:
@@ -273,6 +309,18 @@ func retryable(err error) bool {
 	}
 	var ne net.Error
 	return errors.Is(err, errConnLost) || errors.Is(err, errUnreachable) || errors.As(err, &ne)
+}
+
+// tlsRefused reports a TLS handshake that failed on certificates or
+// protocol, not on the network: the node's certificate not trusted, or
+// this client's refused. Trying again does not help.
+func tlsRefused(err error) bool {
+	var cve *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var rhe tls.RecordHeaderError
+	var uae x509.UnknownAuthorityError
+	var hne x509.HostnameError
+	return errors.As(err, &cve) || errors.As(err, &alert) || errors.As(err, &rhe) || errors.As(err, &uae) || errors.As(err, &hne)
 }
 
 // errUnreachable marks a failed dial, whatever the dialer returned: the

@@ -10,7 +10,14 @@ func TestParseURL(t *testing.T) {
 	if err != nil || len(addrs) != 2 || addrs[0] != "127.0.0.1:6650" || addrs[1] != "localhost:6651" {
 		t.Fatalf("ParseURL = %v, %v", addrs, err)
 	}
-	for _, bad := range []string{"", "pulsar://h:1", "fabriq://", "fabriq://host", "fabriq://:6650", "fabriq://h:1,"} {
+	addrs, secure, err := parseURL("fabriq+tls://node-1.example:6650")
+	if err != nil || !secure || len(addrs) != 1 || addrs[0] != "node-1.example:6650" {
+		t.Fatalf("parseURL(fabriq+tls://) = %v, %v, %v", addrs, secure, err)
+	}
+	if _, err := New(Options{URL: "fabriq://h:1", TLSCAFile: "ca.pem"}); !errors.Is(err, ErrBadURL) {
+		t.Errorf("a CA with a plain URL: %v, want ErrBadURL", err)
+	}
+	for _, bad := range []string{"", "pulsar://h:1", "fabriq://", "fabriq://host", "fabriq://:6650", "fabriq://h:1,", "fabriq+tls://", "fabriq+ssl://h:1"} {
 		if _, err := ParseURL(bad); !errors.Is(err, ErrBadURL) {
 			t.Errorf("ParseURL(%q) err = %v, want ErrBadURL", bad, err)
 		}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,19 @@ func dial(ctx context.Context, c *Client, addr string) (*cnx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w: %w", addr, errUnreachable, err)
 	}
+	if c.tls != nil {
+		cfg := c.tls
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("client: TLS with %s: %w", addr, err)
+		}
+		nc = tc
+	}
 	token := c.opts.Token
 	if c.opts.TokenSupplier != nil {
 		if token, err = c.opts.TokenSupplier(ctx); err != nil {
@@ -72,6 +86,10 @@ func dial(ctx context.Context, c *Client, addr string) (*cnx, error) {
 		AuthToken:       token,
 	}); err != nil {
 		conn.Close()
+		if c.tls == nil && transport.CodeOf(err) == transport.CodeClosed {
+			// What a node with TLS on does to a plain connection.
+			return nil, fmt.Errorf("client: connect to %s: %w (if the cluster has TLS on, use a fabriq+tls:// URL)", addr, err)
+		}
 		return nil, fmt.Errorf("client: connect to %s: %w", addr, err)
 	}
 	x := &cnx{

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -110,6 +112,10 @@ type Mux struct {
 	// headerTimeout is HeaderTimeout; tests lengthen it.
 	headerTimeout time.Duration
 
+	// peerTLS, when set, is the TLS config of the connections the mux's
+	// layers dial (SetTLS).
+	peerTLS atomic.Pointer[tls.Config]
+
 	// protocols tells what the node at a Raft address speaks; nil: every
 	// node speaks RaftProtocol.
 	protocols atomic.Pointer[func(addr string) int]
@@ -123,6 +129,12 @@ type Mux struct {
 	started bool
 	closed  bool
 }
+
+// SetTLS makes the connections the mux's layers dial TLS with cfg (the
+// node's certificate, peers checked against the cluster's CA). The
+// listener given to NewMux does its side: a tls.Listener that requires
+// peers' certificates. Call it before Start.
+func (m *Mux) SetTLS(cfg *tls.Config) { m.peerTLS.Store(cfg) }
 
 // SetProtocols sets how the mux learns what the node at a Raft address
 // speaks (ProtocolUnknown, ProtocolGroups, RaftProtocol...): usually
@@ -305,6 +317,18 @@ func (m *Mux) handshake(c net.Conn) {
 	defer m.wg.Done()
 	defer func() { <-m.sem }()
 	deadline := time.Now().Add(m.headerTimeout)
+	if tc, ok := c.(*tls.Conn); ok {
+		// A peer without a certificate of the cluster's CA ends here.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			m.logger.Warn("refused a raft connection: TLS handshake failed", "remote", c.RemoteAddr().String(), "error", err)
+			m.forget(c)
+			c.Close()
+			return
+		}
+	}
 	group, member, err := readHeader(c, deadline)
 	var l *Layer
 	if err == nil {
@@ -490,7 +514,9 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		return nil, fmt.Errorf("%w: member id of %d bytes", ErrBadGroupID, len(member))
 	}
 	deadline := time.Now().Add(timeout)
-	c, err := net.DialTimeout("tcp", addr, timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	c, err := dialPeer(ctx, addr, l.mux.peerTLS.Load())
+	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,13 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,6 +22,9 @@ import (
 // calls to one peer open more. Every call has a deadline: its context's,
 // or RPCTimeout. It is safe for concurrent use.
 type RPCClient struct {
+	// tls, when set, is the TLS config of its connections (SetTLS).
+	tls atomic.Pointer[tls.Config]
+
 	mu     sync.Mutex
 	idle   map[string][]*rpcConn
 	closed bool
@@ -36,6 +41,10 @@ type rpcConn struct {
 func NewRPCClient() *RPCClient {
 	return &RPCClient{idle: map[string][]*rpcConn{}}
 }
+
+// SetTLS makes the client's connections TLS with cfg: the node's
+// certificate, peers checked against the cluster's CA.
+func (c *RPCClient) SetTLS(cfg *tls.Config) { c.tls.Store(cfg) }
 
 // Call calls method on the node whose Raft port is addr: req is encoded
 // in msgpack, and the answer decoded into resp (a pointer, or nil to
@@ -152,8 +161,7 @@ func (c *RPCClient) conn(ctx context.Context, addr string, deadline time.Time, p
 	c.mu.Unlock()
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := dialPeer(ctx, addr, c.tls.Load())
 	if err != nil {
 		return nil, false, err
 	}

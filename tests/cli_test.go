@@ -22,7 +22,7 @@ func fabriqCLI(t *testing.T, url, stdin string, args ...string) (string, string,
 	t.Helper()
 	ctx := testContext(t, time.Minute)
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "fabriq"), args...)
-	cmd.Env = append(cmd.Environ(), "FABRIQ_URL="+url)
+	cmd.Env = append(cmd.Environ(), cliEnv(t, url)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

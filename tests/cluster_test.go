@@ -53,6 +53,9 @@ func startClusterIn(t testing.TB, dirs []string, extra ...string) []*clusterNode
 // arguments.
 func startClusterPer(t testing.TB, dirs []string, perNode func(i int) []string, extra ...string) []*clusterNode {
 	t.Helper()
+	if s := secureOf(t); s != nil {
+		extra = append(slices.Clone(extra), s.nodeArgs...)
+	}
 	n := len(dirs)
 	gossip := make([]string, n)
 	for i := range gossip {

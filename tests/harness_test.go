@@ -60,6 +60,7 @@ type node struct {
 	cmd     *exec.Cmd
 	addr    string // client address it bound
 	http    string // HTTP address it bound (health)
+	secure  bool   // TLS on its ports
 	logs    *lockedBuffer
 	exited  chan struct{}
 	ready   chan readyLine // once ready
@@ -122,7 +123,8 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{}), ready: make(chan readyLine, 1)}
+	n := &node{t: t, id: id, dataDir: dataDir, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{}), ready: make(chan readyLine, 1),
+		secure: slices.Contains(args, "--tls-cert-file")}
 	ready := n.ready
 	// FABRIQ_TEST_LOGS keeps every node's whole log in a file of that
 	// directory, ID-PID.log (the test's output has each one's tail).
@@ -234,11 +236,20 @@ func head(s string, lines int) string {
 	return strings.Join(parts, "\n")
 }
 
-func (n *node) url() string { return "fabriq://" + n.addr }
+func (n *node) url() string {
+	if n.secure {
+		return "fabriq+tls://" + n.addr
+	}
+	return "fabriq://" + n.addr
+}
 
 func newClient(t testing.TB, url string) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Options{URL: url, OperationTimeout: 20 * time.Second})
+	opts := client.Options{URL: url, OperationTimeout: 20 * time.Second}
+	if s := secureOf(t); s != nil {
+		opts.TLSCAFile, opts.Token = s.caFile, s.token
+	}
+	c, err := client.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,11 @@ func clusterURL(nodes []*clusterNode) string {
 	for i, n := range nodes {
 		addrs[i] = n.addr
 	}
-	return "fabriq://" + strings.Join(addrs, ",")
+	scheme := "fabriq://"
+	if len(nodes) > 0 && nodes[0].secure {
+		scheme = "fabriq+tls://"
+	}
+	return scheme + strings.Join(addrs, ",")
 }
 
 // subscriptionOf returns a subscription's view on one partition.
@@ -90,7 +94,9 @@ func stopped(t testing.TB, pid int) bool {
 // EX-1, EX-2 on three nodes: a second exclusive consumer is refused; a
 // holder whose process froze (SIGSTOP: its connection stays open, nothing
 // answers) is replaced by a newcomer within the probe timeout.
-func TestClusterExclusive(t *testing.T) {
+func TestClusterExclusive(t *testing.T) { testClusterExclusive(t) }
+
+func testClusterExclusive(t *testing.T) {
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, 2*time.Minute)
 	url := clusterURL(nodes)
@@ -110,7 +116,7 @@ func TestClusterExclusive(t *testing.T) {
 	}
 
 	frozen := exec.Command(filepath.Join(bin, "fabriq"), "consume", stream, "-s", "silent", "--name", "frozen")
-	frozen.Env = append(frozen.Environ(), "FABRIQ_URL="+url)
+	frozen.Env = append(frozen.Environ(), cliEnv(t, url)...)
 	if err := frozen.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +168,9 @@ type receipt struct {
 // by two survivors; the dead one's unacked messages go to the others
 // before newer ones. SH-6, SH-7: a nacked message comes back after 200 ms
 // with count 1, and the 4th delivery goes to the dead-letter stream.
-func TestClusterShared(t *testing.T) {
+func TestClusterShared(t *testing.T) { testClusterShared(t) }
+
+func testClusterShared(t *testing.T) {
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, 4*time.Minute)
 	url := clusterURL(nodes)
@@ -193,7 +201,7 @@ func TestClusterShared(t *testing.T) {
 	}
 	// The third consumer is a process, killed with SIGKILL mid-way.
 	doomed := exec.Command(filepath.Join(bin, "fabriq"), "consume", stream, "-s", "work", "-t", "shared", "--name", "doomed", "--json")
-	doomed.Env = append(doomed.Environ(), "FABRIQ_URL="+url)
+	doomed.Env = append(doomed.Environ(), cliEnv(t, url)...)
 	var doomedOut lockedBuffer
 	doomed.Stdout = &doomedOut
 	if err := doomed.Start(); err != nil {
@@ -391,7 +399,9 @@ func rctxFor(t *testing.T, ctx context.Context) context.Context {
 // masters are a, b, c, a. When a's client goes away, the masters are b, c,
 // b, c: a's partitions go to the next in line (0 to b, 3 to c), each
 // starting at its first unacknowledged message.
-func TestClusterFailover(t *testing.T) {
+func TestClusterFailover(t *testing.T) { testClusterFailover(t) }
+
+func testClusterFailover(t *testing.T) {
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, 2*time.Minute)
 	url := clusterURL(nodes)
@@ -500,7 +510,9 @@ func mustKeyed(ctx context.Context, t *testing.T, p *client.Producer, keys []str
 // consumer, in order; a 4th joins while the others hold unacked messages:
 // no key is unacked on two consumers at once, and keys that do not move
 // keep flowing while the moved ones wait for their acks.
-func TestClusterKeyShared(t *testing.T) {
+func TestClusterKeyShared(t *testing.T) { testClusterKeyShared(t) }
+
+func testClusterKeyShared(t *testing.T) {
 	nodes := startCluster(t, 3)
 	ctx := testContext(t, 2*time.Minute)
 	url := clusterURL(nodes)

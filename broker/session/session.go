@@ -152,6 +152,7 @@ type Session struct {
 	cfg    Config
 	seq    uint64 // names the connection to the dispatch engine
 	conn   *transport.Conn
+	nc     net.Conn // what conn wraps
 	logger *slog.Logger
 	// claims are the session's token's, when the node has authentication
 	// on; set by the handshake, before any request is read.
@@ -209,7 +210,9 @@ var (
 )
 
 // New returns a session for a connection a client opened, on node; it
-// starts nothing.
+// starts nothing. A connection with a Plaintext method that reports true
+// (a client in the clear on a TLS port) is refused with NotAllowed once
+// its Connect is read.
 func New(nc net.Conn, node Node, cfg Config) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -227,6 +230,7 @@ func New(nc net.Conn, node Node, cfg Config) (*Session, error) {
 		node:        node,
 		cfg:         cfg,
 		conn:        conn,
+		nc:          nc,
 		logger:      cfg.Logger.With("client", nc.RemoteAddr().String()),
 		out:         make(chan transport.Command, outboxSize),
 		msgs:        make(chan transport.Command, msgBoxSize),
@@ -260,6 +264,11 @@ func (s *Session) Serve() {
 	defer cancel()
 	hello, err := transport.AwaitConnect(ctx, s.conn)
 	if err == nil {
+		if pt, ok := s.nc.(interface{ Plaintext() bool }); ok && pt.Plaintext() {
+			perr := wire.Errorf(transport.CodeNotAllowed, "node %s takes TLS connections only: connect with a fabriq+tls:// URL", s.cfg.NodeID)
+			_ = s.conn.Fail(transport.CodeNotAllowed, perr)
+			return
+		}
 		if aerr := s.authenticate(hello); aerr != nil {
 			s.refused(aerr)
 			_ = s.conn.Fail(transport.CodeOf(aerr), aerr)

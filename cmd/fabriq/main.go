@@ -41,6 +41,7 @@ func main() {
 type app struct {
 	url     string
 	token   string
+	caFile  string
 	timeout time.Duration
 	stdin   io.Reader
 	stdout  io.Writer
@@ -52,7 +53,11 @@ func (a *app) client() (*client.Client, error) {
 	if token == "" {
 		token = os.Getenv("FABRIQ_TOKEN")
 	}
-	return client.New(client.Options{URL: a.url, Name: "fabriq-cli", OperationTimeout: a.timeout, Token: token})
+	caFile := a.caFile
+	if caFile == "" {
+		caFile = os.Getenv("FABRIQ_TLS_CA_FILE")
+	}
+	return client.New(client.Options{URL: a.url, Name: "fabriq-cli", OperationTimeout: a.timeout, Token: token, TLSCAFile: caFile})
 }
 
 // withClient runs fn with a client that is closed after.
@@ -85,9 +90,10 @@ right leader.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&a.url, "url", url, "nodes to contact, fabriq://HOST:PORT[,HOST:PORT...] (env FABRIQ_URL)")
+	root.PersistentFlags().StringVar(&a.url, "url", url, "nodes to contact, fabriq://HOST:PORT[,HOST:PORT...], fabriq+tls://... with TLS (env FABRIQ_URL)")
 	// Not the env as the default: --help would print the token.
 	root.PersistentFlags().StringVar(&a.token, "token", "", "token (JWT) to present to a cluster with authentication on (env FABRIQ_TOKEN; see fabriq token create)")
+	root.PersistentFlags().StringVar(&a.caFile, "tls-ca-file", "", "PEM file of the CA that signed the nodes' certificates, for a fabriq+tls:// URL (env FABRIQ_TLS_CA_FILE; default the system's roots)")
 	root.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each request to the cluster")
 	root.AddCommand(&cobra.Command{
 		Use:   "version",

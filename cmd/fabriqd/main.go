@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/fabriq-io/fabriq/auth"
 	"github.com/fabriq-io/fabriq/broker"
+	"github.com/fabriq-io/fabriq/tlsconfig"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -40,6 +42,7 @@ type options struct {
 	gossipKeyFile   string
 	authSecretFile  string
 	authPublicKey   string
+	tls             tlsconfig.Files
 	nodeID          string
 	dataDir         string
 	clientAddr      string
@@ -105,6 +108,9 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.gossipKeyFile, "gossip-key-file", "", "file of gossip encryption keys, one base64 key of 16, 24 or 32 bytes a line (head -c 32 /dev/urandom | base64): the first seals, every one opens; a node without a key of the cluster cannot join it (empty: gossip in the clear)")
 	f.StringVar(&o.authSecretFile, "auth-secret-file", "", "turn authentication on: clients must present a token (JWT) signed with the HMAC secret in this file, at least 32 bytes (openssl rand -base64 48 > FILE), and may do only what its grants allow; make tokens with fabriq token create")
 	f.StringVar(&o.authPublicKey, "auth-public-key-file", "", "turn authentication on, as --auth-secret-file, for tokens signed with the private key of this PEM public key (RSA, ECDSA or Ed25519)")
+	f.StringVar(&o.tls.Cert, "tls-cert-file", "", "turn TLS on for every port (client, Raft, HTTP) with this PEM certificate of the node (with its intermediates after it); it names the host names and IPs clients dial, and the CA of --tls-ca-file signed it; needs --tls-key-file and --tls-ca-file")
+	f.StringVar(&o.tls.Key, "tls-key-file", "", "the PEM private key of --tls-cert-file")
+	f.StringVar(&o.tls.CA, "tls-ca-file", "", "the PEM certificate of the cluster's CA: peers on the Raft port must present a certificate it signed (make it sign the cluster's nodes alone)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs), /readyz (the node is ready: started, the metadata group and every partition of the node led) and /metrics (Prometheus); advertised to the other nodes; off when empty")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
@@ -176,11 +182,22 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		}
 		verifier = v
 	}
+	var certs *tlsconfig.Node
+	if o.tls != (tlsconfig.Files{}) {
+		c, err := tlsconfig.Load(o.tls)
+		if err != nil {
+			return err
+		}
+		certs = c
+	}
 	var httpLn net.Listener
 	if o.httpAddr != "" {
 		ln, err := listenHTTP(o.httpAddr)
 		if err != nil {
 			return err
+		}
+		if certs != nil {
+			ln = tls.NewListener(ln, certs.Server())
 		}
 		httpLn = ln
 		defer ln.Close()
@@ -196,6 +213,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		Join:              o.join,
 		GossipKeys:        gossipKeys,
 		Auth:              verifier,
+		TLS:               certs,
 		HTTPAddr:          o.httpAddr,
 		BootstrapExpect:   o.bootstrapExpect,
 		MaxMessageBytes:   o.maxMessageBytes,
@@ -235,7 +253,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		}
 		defer stopPprof()
 	}
-	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "http", o.httpAddr, "data", o.dataDir, "auth", verifier != nil, "version", version)
+	logger.Info("fabriqd ready", "node", o.nodeID, "client", node.Addr(), "gossip", node.GossipAddr(), "http", o.httpAddr, "data", o.dataDir, "auth", verifier != nil, "tls", certs != nil, "version", version)
 	<-ctx.Done()
 	logger.Info("fabriqd stopping", "signal", strings.TrimSpace(context.Cause(ctx).Error()))
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 20*time.Second)
