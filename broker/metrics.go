@@ -41,6 +41,19 @@ var (
 	descRefused = prometheus.NewDesc("fabriq_requests_refused_total",
 		"Requests and connections this node refused, by reason: AuthenticationFailed, AuthorizationFailed, LimitExceeded, DiskFull, ProducerBlockedQuotaExceededError, TooLarge.",
 		[]string{"reason"}, nil)
+	descBytesIn = prometheus.NewDesc("fabriq_partition_bytes_in_total",
+		"Payload bytes stored through this node while it led the partition (since its copy opened here).",
+		[]string{"partition"}, nil)
+	descMessagesOut = prometheus.NewDesc("fabriq_partition_messages_out_total",
+		"Messages delivered to consumers by this node while it led the partition (since its copy opened here), redeliveries included.",
+		[]string{"partition"}, nil)
+	descBytesOut = prometheus.NewDesc("fabriq_partition_bytes_out_total",
+		"Payload bytes delivered to consumers by this node while it led the partition (since its copy opened here).",
+		[]string{"partition"}, nil)
+	descElections = prometheus.NewDesc("fabriq_raft_elections_total",
+		"Elections this node stood in, over its Raft groups: each time one of its members became a candidate.", nil, nil)
+	descLeaderChanges = prometheus.NewDesc("fabriq_raft_leader_changes_total",
+		"New leaders (or terms) the node's Raft group members learned of.", nil, nil)
 	descDiskReserve = prometheus.NewDesc("fabriq_disk_reserve_bytes",
 		"Free space the node keeps in reserve (--min-free-disk): below it sends are refused.", nil, nil)
 )
@@ -53,9 +66,11 @@ type nodeCollector struct{ n *Node }
 // Describe implements prometheus.Collector.
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessagesIn, descLogBytes, descLeader, descTerm, descBacklog, descConsumers,
-		descPartitions, descLeaderless, descConnections, descDiskFree, descDiskReserve, descRefused} {
+		descPartitions, descLeaderless, descConnections, descDiskFree, descDiskReserve, descRefused, descBytesIn, descMessagesOut, descBytesOut,
+		descElections, descLeaderChanges} {
 		ch <- d
 	}
+	c.n.commitLatency.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -87,6 +102,10 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		var pi transport.PartitionInfo
 		lp.Describe(&pi)
 		ch <- prometheus.MustNewConstMetric(descMessagesIn, prometheus.CounterValue, float64(pi.NextOffset), name)
+		tr := lp.Traffic()
+		ch <- prometheus.MustNewConstMetric(descBytesIn, prometheus.CounterValue, float64(tr.BytesIn.Load()), name)
+		ch <- prometheus.MustNewConstMetric(descMessagesOut, prometheus.CounterValue, float64(tr.MessagesOut.Load()), name)
+		ch <- prometheus.MustNewConstMetric(descBytesOut, prometheus.CounterValue, float64(tr.BytesOut.Load()), name)
 		for _, s := range pi.Subscriptions {
 			attached := 0
 			for _, ci := range s.Consumers {
@@ -104,6 +123,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	free, reserve := n.disk.reading()
 	ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(free))
 	ch <- prometheus.MustNewConstMetric(descDiskReserve, prometheus.GaugeValue, float64(reserve))
+	ch <- prometheus.MustNewConstMetric(descElections, prometheus.CounterValue, float64(n.raftEvents.Elections.Load()))
+	ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(n.raftEvents.LeaderChanges.Load()))
+	n.commitLatency.Collect(ch)
 	for code, count := range n.refused.snapshot() {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(count), code.String())
 	}

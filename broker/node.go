@@ -20,6 +20,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/broker/wire"
@@ -82,6 +84,10 @@ type Node struct {
 	// refused counts and logs the requests refused for authentication,
 	// authorization, limits and disk space.
 	refused *refusedLog
+	// raftEvents counts the elections and leader changes of the node's
+	// groups; commitLatency, its partitions' commit latency.
+	raftEvents    cluster.GroupEvents
+	commitLatency prometheus.Histogram
 	// halted holds the partitions whose state machine stopped on this
 	// node (haltPartition): they stay closed until the disk has room and
 	// their wait is over, or the node restarts.
@@ -143,10 +149,15 @@ func NewNode(cfg Config) (*Node, error) {
 		perAddr:     map[string]int{},
 		refusals:    make(chan struct{}, maxRefusals),
 		refused:     newRefusedLog(cfg.Logger.With("node", cfg.NodeID)),
-		halted:      map[string]*haltedCopy{},
-		haltWait:    map[string]time.Duration{},
-		changed:     make(chan struct{}),
-		disk:        newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
+		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fabriq_raft_commit_seconds",
+			Help:    "Time from the proposal of an entry of sends to its commit, on the partitions this node leads: a majority of replicas has it on disk.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms to 4 s
+		}),
+		halted:   map[string]*haltedCopy{},
+		haltWait: map[string]time.Duration{},
+		changed:  make(chan struct{}),
+		disk:     newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
 	}, nil
 }
 
@@ -289,6 +300,7 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	cfg.Mux = n.mux
 	cfg.LocalAddr = n.cfg.AdvertiseRaftAddr
 	cfg.Logger = n.logger
+	cfg.Events = &n.raftEvents
 	if t := n.cfg.Raft; t.HeartbeatTimeout > 0 {
 		cfg.HeartbeatTimeout = t.HeartbeatTimeout
 		// The lease as long as the heartbeat timeout (Raft's limit), not
@@ -763,6 +775,7 @@ func (n *Node) newPartition(name string, log *storage.Log, f *fsm.Machine, g *cl
 		}
 	}
 	cfg.OnDamage = func(err error) { n.damagedCopy(name, p, err) }
+	cfg.OnCommit = func(d time.Duration) { n.commitLatency.Observe(d.Seconds()) }
 	cfg.OnLeadership = func(l cluster.Leadership) {
 		if !l.IsLeader || g.Retired() {
 			return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -78,6 +79,10 @@ type GroupConfig struct {
 	// OpTimeout bounds an operation whose context has no deadline.
 	// Default 10s.
 	OpTimeout time.Duration
+
+	// Events, when set, counts the group's elections and leader changes,
+	// with those of the other groups given the same Events (a node's).
+	Events *GroupEvents
 	// ShutdownTimeout bounds each wait of Close for Raft to stop.
 	// Default 10s.
 	ShutdownTimeout time.Duration
@@ -227,4 +232,15 @@ func (c GroupConfig) raftConfig(logger *slog.Logger) *raft.Config {
 	rc.NoSnapshotRestoreOnStart = c.NoSnapshotRestoreOnStart
 	rc.Logger = newHCLogger(logger, "raft")
 	return rc
+}
+
+// GroupEvents counts what the groups of a node went through, for its
+// metrics. It is safe for concurrent use; the zero value is ready.
+type GroupEvents struct {
+	// Elections counts the elections the node stood in: each time one of
+	// its members became a candidate.
+	Elections atomic.Uint64
+	// LeaderChanges counts, over the node's groups, each new leader (or
+	// new term of the same leader) a member learned of.
+	LeaderChanges atomic.Uint64
 }

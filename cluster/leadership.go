@@ -73,7 +73,10 @@ func (g *Group) leadershipLoop() {
 		select {
 		case <-g.stop:
 			return
-		case <-g.obsCh:
+		case o := <-g.obsCh:
+			if st, ok := o.Data.(raft.RaftState); ok && st == raft.Candidate && g.cfg.Events != nil {
+				g.cfg.Events.Elections.Add(1)
+			}
 			if len(g.obsCh) > 0 {
 				continue // read the state once, after the last of a burst
 			}
@@ -106,6 +109,9 @@ func (g *Group) publish(l Leadership) {
 		return
 	}
 	g.current = l
+	if l.LeaderID != "" && (l.LeaderID != c.LeaderID || l.Term != c.Term) && g.cfg.Events != nil {
+		g.cfg.Events.LeaderChanges.Add(1)
+	}
 	if l.IsLeader {
 		g.logger.Info("leadership gained", "term", l.Term)
 	} else if c.IsLeader {

@@ -113,6 +113,12 @@ func TestMetricsFollowTheLoad(t *testing.T) {
 	}
 	fams = scrape(ctx, t, n)
 	want(fams, "fabriq_partition_messages_in_total", "partition", count)
+	want(fams, "fabriq_partition_bytes_in_total", "partition", count*1024)
+	// One send at a time: each its own Raft entry, each committed once;
+	// and the producer's opening on each partition (an empty batch).
+	if h := fams["fabriq_raft_commit_seconds"]; h == nil || h.GetMetric()[0].GetHistogram().GetSampleCount() != count+2 {
+		t.Errorf("fabriq_raft_commit_seconds: %v, want %d commits", h, count+2)
+	}
 	// Delivered, not acknowledged: still the backlog.
 	want(fams, "fabriq_subscription_backlog", "partition", count)
 	if size, _ := sumOf(fams, "fabriq_partition_log_bytes", "partition", stream); size-sizeBefore < count*1024 {
@@ -131,6 +137,20 @@ func TestMetricsFollowTheLoad(t *testing.T) {
 	fams = scrape(ctx, t, n)
 	want(fams, "fabriq_subscription_backlog", "partition", 0)
 	want(fams, "fabriq_subscription_consumers", "partition", 2)
+	// Counted once the frame is queued for the connection: maybe a moment
+	// after the consumer has it.
+	eventually(ctx, t, "100 messages out", func() bool {
+		out, _ := sumOf(scrape(ctx, t, n), "fabriq_partition_messages_out_total", "partition", stream)
+		return out == count
+	})
+	fams = scrape(ctx, t, n)
+	want(fams, "fabriq_partition_bytes_out_total", "partition", count*1024)
+	// The metadata group and both partitions elected this node.
+	for _, name := range []string{"fabriq_raft_elections_total", "fabriq_raft_leader_changes_total"} {
+		if v, _ := sumOf(fams, name, "", ""); v < 3 {
+			t.Errorf("%s = %v; three groups elected a leader", name, v)
+		}
+	}
 	if err := cons.Close(); err != nil {
 		t.Fatal(err)
 	}

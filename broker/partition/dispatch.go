@@ -593,7 +593,14 @@ func (d *dispatcher) push(c *Consumer, frame *transport.Message) {
 	defer cancel()
 	if err := c.out.Deliver(ctx, frame); err != nil {
 		d.p.logger.Debug("delivery failed", "subscription", d.name, "consumer", c.name, "err", err)
+		return
 	}
+	bytes := 0
+	for i := range frame.Messages {
+		bytes += len(frame.Messages[i].Data.Payload)
+	}
+	d.p.traffic.MessagesOut.Add(uint64(len(frame.Messages)))
+	d.p.traffic.BytesOut.Add(uint64(bytes))
 }
 
 // describe reports the subscription's consumers with their roles, the

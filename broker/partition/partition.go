@@ -92,6 +92,10 @@ type Config struct {
 	// Retention returns the stream's retention policy, false while the
 	// stream is not in the catalog. Nil applies no retention.
 	Retention func() (transport.RetentionPolicy, bool)
+	// OnCommit is told how long each entry of sends took from its
+	// proposal to its commit (the Raft commit latency); it must not
+	// block. May be nil.
+	OnCommit func(time.Duration)
 	// Logger receives the partition's logs. Nil discards them.
 	Logger *slog.Logger
 
@@ -196,6 +200,9 @@ func (c Config) Validate() error {
 // stops the dispatchers. The node owns the log, the state machine and the
 // group, and closes them.
 type Partition struct {
+	// traffic counts what this copy stored and delivered while it led.
+	traffic Traffic
+
 	name   string
 	cfg    Config
 	log    *storage.Log
@@ -474,3 +481,15 @@ func (p *Partition) DamageFound() error {
 	}
 	return nil
 }
+
+// Traffic counts what a partition's copy stored (payload bytes committed
+// through it, as leader) and delivered to consumers (messages and payload
+// bytes) since it opened. Messages stored are its log's next offset.
+type Traffic struct {
+	BytesIn               atomic.Uint64
+	MessagesOut, BytesOut atomic.Uint64
+}
+
+// Traffic returns the partition's counts; they start at zero when the copy
+// opens and grow while it leads.
+func (p *Partition) Traffic() *Traffic { return &p.traffic }

@@ -25,8 +25,9 @@ type sendReq struct {
 
 // inflight is a proposed send entry and the requests it carries.
 type inflight struct {
-	future raft.ApplyFuture
-	reqs   []*sendReq
+	future   raft.ApplyFuture
+	reqs     []*sendReq
+	proposed time.Time
 }
 
 // OpenProducer passes an empty batch for the producer through the write
@@ -163,9 +164,10 @@ func (p *Partition) proposeLoop() {
 			}
 			continue
 		}
+		proposed := time.Now()
 		f := p.group.Propose(data, p.cfg.ApplyTimeout)
 		select {
-		case p.inflight <- inflight{future: f, reqs: reqs}:
+		case p.inflight <- inflight{future: f, reqs: reqs, proposed: proposed}:
 		case <-p.stop:
 			// The entry may still commit; its senders learn nothing
 			// and retry with the same sequence ids, which dedup drops.
@@ -194,6 +196,9 @@ func (p *Partition) commitLoop() {
 	defer p.wg.Done()
 	for in := range p.inflight {
 		err := p.group.Wait(in.future)
+		if err == nil && p.cfg.OnCommit != nil {
+			p.cfg.OnCommit(time.Since(in.proposed))
+		}
 		var results []fsm.SendResult
 		if err == nil {
 			results, err = fsm.Answer(fsm.Send{}, in.future.Response())
@@ -225,6 +230,7 @@ func (p *Partition) commitLoop() {
 				r.done(nil, wire.Errorf(transport.CodeUnknown, "the send's offsets could not be confirmed; nothing is acknowledged"))
 				continue
 			}
+			p.traffic.BytesIn.Add(uint64(payloadBytes(r.msgs)))
 			r.done(results[i].Offsets, nil)
 		}
 	}
@@ -287,4 +293,12 @@ func (p *Partition) ReleaseProducer(name string, owner Holder) {
 	if p.owners[name] == owner {
 		delete(p.owners, name)
 	}
+}
+
+func payloadBytes(msgs []transport.MessageData) int {
+	n := 0
+	for i := range msgs {
+		n += len(msgs[i].Payload)
+	}
+	return n
 }
