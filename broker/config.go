@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -66,6 +67,10 @@ type Config struct {
 	// certificates signed by the cluster's CA (package tlsconfig). Nil:
 	// plain TCP.
 	TLS *tlsconfig.Node
+	// PublishRate limits, on this node, what each tenant's producers
+	// send: a send over it waits, one that would wait too long is refused
+	// with RateLimited. Zero: no limit.
+	PublishRate PublishRate
 	// HTTPAddr is advertised to other nodes for metrics and health.
 	HTTPAddr string
 	// Region is the node's region.
@@ -384,6 +389,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker: NodeID %q has an @, which partition groups use to tell a node's placements apart", c.NodeID)
 	case c.DataDir == "":
 		return errors.New("broker: DataDir is required")
+	case c.PublishRate.Messages < 0 || c.PublishRate.Bytes < 0 || math.IsNaN(c.PublishRate.Messages) || math.IsInf(c.PublishRate.Messages, 0):
+		return fmt.Errorf("broker: PublishRate %+v: want finite, non-negative rates", c.PublishRate)
 	case c.BootstrapExpect < 1:
 		return fmt.Errorf("broker: BootstrapExpect must be at least 1, not %d", c.BootstrapExpect)
 	case c.BootstrapExpect > 1 && c.GossipAddr == "":

@@ -54,6 +54,9 @@ var (
 		"Elections this node stood in, over its Raft groups: each time one of its members became a candidate.", nil, nil)
 	descLeaderChanges = prometheus.NewDesc("fabriq_raft_leader_changes_total",
 		"New leaders (or terms) the node's Raft group members learned of.", nil, nil)
+	descThrottled = prometheus.NewDesc("fabriq_publish_throttled_seconds_total",
+		"Time sends of the tenant waited on its publish rate limit on this node (--tenant-publish-rate).",
+		[]string{"tenant"}, nil)
 	descDiskReserve = prometheus.NewDesc("fabriq_disk_reserve_bytes",
 		"Free space the node keeps in reserve (--min-free-disk): below it sends are refused.", nil, nil)
 )
@@ -67,7 +70,7 @@ type nodeCollector struct{ n *Node }
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessagesIn, descLogBytes, descLeader, descTerm, descBacklog, descConsumers,
 		descPartitions, descLeaderless, descConnections, descDiskFree, descDiskReserve, descRefused, descBytesIn, descMessagesOut, descBytesOut,
-		descElections, descLeaderChanges} {
+		descElections, descLeaderChanges, descThrottled} {
 		ch <- d
 	}
 	c.n.commitLatency.Describe(ch)
@@ -126,6 +129,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descElections, prometheus.CounterValue, float64(n.raftEvents.Elections.Load()))
 	ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(n.raftEvents.LeaderChanges.Load()))
 	n.commitLatency.Collect(ch)
+	for tenant, secs := range n.publish.throttledSeconds() {
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, secs, tenant)
+	}
 	for code, count := range n.refused.snapshot() {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(count), code.String())
 	}

@@ -86,6 +86,7 @@ type Node struct {
 	refused *refusedLog
 	// raftEvents counts the elections and leader changes of the node's
 	// groups; commitLatency, its partitions' commit latency.
+	publish       *publishLimits
 	raftEvents    cluster.GroupEvents
 	commitLatency prometheus.Histogram
 	// halted holds the partitions whose state machine stopped on this
@@ -149,6 +150,7 @@ func NewNode(cfg Config) (*Node, error) {
 		perAddr:     map[string]int{},
 		refusals:    make(chan struct{}, maxRefusals),
 		refused:     newRefusedLog(cfg.Logger.With("node", cfg.NodeID)),
+		publish:     newPublishLimits(cfg.PublishRate, cfg.NodeID),
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fabriq_raft_commit_seconds",
 			Help:    "Time from the proposal of an entry of sends to its commit, on the partitions this node leads: a majority of replicas has it on disk.",
@@ -1054,7 +1056,12 @@ func (n *Node) acceptLoop() {
 // sessionConfig is what the node's client sessions are told of its
 // configuration.
 func (n *Node) sessionConfig() session.Config {
+	var throttle func(context.Context, string, int, int) error
+	if n.publish.on() {
+		throttle = n.publish.throttle
+	}
 	return session.Config{
+		Throttle:        throttle,
 		NodeID:          n.cfg.NodeID,
 		Version:         n.cfg.Version,
 		MaxMessageBytes: n.cfg.MaxMessageBytes,

@@ -47,6 +47,10 @@ var (
 	// space (DiskFull). Until the timeout such sends are resent with a
 	// growing backoff, in order, so they go through once space is freed.
 	ErrDiskFull = errors.New("client: the partition leader is out of disk space")
+	// ErrRateLimited is matched, with ErrSendTimeout, by a send that timed
+	// out while the partition's leader refused sends over the tenant's
+	// publish rate limit (RateLimited); they are resent as for DiskFull.
+	ErrRateLimited = errors.New("client: the tenant's publish rate limit refused the send")
 )
 
 // Options configures a Client; zero fields take their defaults.

@@ -286,8 +286,9 @@ type partitionProducer struct {
 	inflight   []*pendingBatch
 	idle       chan struct{} // closed when nothing is in flight
 	closed     bool
-	// fullRefusals counts the DiskFull refusals since the last receipt;
-	// refusal is the last one, given with ErrSendTimeout meanwhile.
+	// fullRefusals counts the DiskFull and RateLimited refusals since the
+	// last receipt; refusal is the last one, given with ErrSendTimeout
+	// meanwhile.
 	fullRefusals int
 	refusal      error
 }
@@ -587,7 +588,7 @@ const noOffset = ^uint64(0)
 // resends; anything else fails the batch.
 func (pp *partitionProducer) sendError(x *cnx, e *transport.SendError) {
 	err := &transport.Error{Code: e.Code, Message: e.Message, LeaderHint: e.LeaderHint}
-	if e.Code == transport.CodeDiskFull {
+	if e.Code == transport.CodeDiskFull || e.Code == transport.CodeRateLimited {
 		// The broker refuses this producer's later sends as well, so
 		// that none is stored ahead of this one: open it again after a
 		// backoff and resend everything in flight, in order.
@@ -660,7 +661,11 @@ func (pp *partitionProducer) expire() {
 	}
 	err := ErrSendTimeout
 	if pp.refusal != nil {
-		err = fmt.Errorf("%w: %w (%v)", ErrSendTimeout, ErrDiskFull, pp.refusal)
+		cause := ErrDiskFull
+		if transport.CodeOf(pp.refusal) == transport.CodeRateLimited {
+			cause = ErrRateLimited
+		}
+		err = fmt.Errorf("%w: %w (%v)", ErrSendTimeout, cause, pp.refusal)
 	}
 	pp.idleCheckLocked()
 	pp.pumpLocked()

@@ -1,11 +1,14 @@
 package tests
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,5 +92,70 @@ func TestNodeServesAgainAfterRunningOutOfDescriptors(t *testing.T) {
 	}
 	if failing == 0 || failing > 10 || again == 0 {
 		t.Fatalf("%d accept failure bursts and %d recoveries logged, want a few of each", failing, again)
+	}
+}
+
+// A tenant over --tenant-publish-rate is throttled, not refused: every
+// message of an asynchronous producer sending faster than the limit is
+// stored, in order, and the node reports the time its sends waited. A
+// send that would wait more than the bound is refused with RateLimited,
+// which the client reports with its send timeout.
+func TestTenantPublishRate(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
+	n := startNode(t, "n1", t.TempDir(), "--tenant-publish-rate", "500", "--tenant-publish-bytes-rate", "64KiB")
+	ctx := testContext(t, 2*time.Minute)
+	c := newClient(t, n.url())
+	const stream = "persistent://public/default/throttled"
+	if err := createStream(ctx, c, stream, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, BatchingMaxMessages: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const count = 1500 // three seconds' worth at 500 a second
+	var mu sync.Mutex
+	var offsets []uint64
+	var failed []error
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		p.SendAsync(ctx, &client.ProducerMessage{Payload: []byte(fmt.Sprint(i))}, func(id client.MessageID, _ *client.ProducerMessage, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, err)
+				return
+			}
+			offsets = append(offsets, id.Offset)
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d sends failed under the limit, the first: %v", len(failed), failed[0])
+	}
+	for i, o := range offsets {
+		if o != uint64(i) {
+			t.Fatalf("message %d stored at offset %d: out of order", i, o)
+		}
+	}
+	if waited, _ := sumOf(scrape(ctx, t, n), "fabriq_publish_throttled_seconds_total", "tenant", "public"); waited <= 0 {
+		t.Fatalf("fabriq_publish_throttled_seconds_total{tenant=public} = %v after sending 3 s worth", waited)
+	}
+
+	// 640 KiB in one message: ten seconds' worth of bytes, refused.
+	big, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	_, err = big.Send(ctx, &client.ProducerMessage{Payload: make([]byte, 640<<10)})
+	if !errors.Is(err, client.ErrSendTimeout) || !errors.Is(err, client.ErrRateLimited) || !strings.Contains(err.Error(), "rate limit") {
+		t.Fatalf("a send of ten seconds' worth: %v, want a send timeout for RateLimited", err)
+	}
+	if refused, _ := sumOf(scrape(ctx, t, n), "fabriq_requests_refused_total", "reason", "RateLimited"); refused < 1 {
+		t.Fatalf("RateLimited refusals counted: %v", refused)
 	}
 }

@@ -51,6 +51,12 @@ const (
 	// not allow. It is the same whether or not what the request names
 	// exists.
 	CodeAuthorizationFailed
+	// CodeRateLimited refuses a send that its tenant's publish rate limit
+	// on the node would hold back too long (a batch above the limit's
+	// burst, or a backlog of throttled sends). As with CodeDiskFull, the
+	// producer's later sends are refused too, until it is created again
+	// and resends in order.
+	CodeRateLimited
 )
 
 var codeNames = map[ErrorCode]string{
@@ -85,6 +91,7 @@ var codeNames = map[ErrorCode]string{
 	CodeNotEmpty:             "NotEmpty",
 	CodeAuthenticationFailed: "AuthenticationFailed",
 	CodeAuthorizationFailed:  "AuthorizationFailed",
+	CodeRateLimited:          "RateLimited",
 }
 
 // String returns the code's name, as Pulsar users know it where it has one.

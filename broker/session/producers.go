@@ -15,11 +15,20 @@ import (
 type sessProducer struct {
 	name string
 	p    *partition.Partition
-	// diskFull is set once a send was refused with DiskFull: the later
-	// sends of this producer id are refused too, so that none is stored
-	// ahead of the refused one. The client creates the producer again
-	// and resends them in order.
-	diskFull atomic.Bool
+	// tenant is the tenant of p's stream, whose publish rate limit its
+	// sends take from.
+	tenant string
+	// refusedAll is set, to the code, once a send was refused with
+	// DiskFull or RateLimited: the later sends of this producer id are
+	// refused too, so that none is stored ahead of the refused one. The
+	// client creates the producer again and resends them in order.
+	refusedAll atomic.Uint32
+}
+
+// refusesLater reports whether a refusal of one send must refuse the
+// producer's later sends (see sessProducer.refusedAll).
+func refusesLater(code transport.ErrorCode) bool {
+	return code == transport.CodeDiskFull || code == transport.CodeRateLimited
 }
 
 func (s *Session) createProducer(c *transport.CreateProducer) {
@@ -106,7 +115,11 @@ func (s *Session) holdProducer(id uint64, lp *partition.Partition, name string) 
 			delete(s.producers, old)
 		}
 	}
-	s.producers[id] = &sessProducer{name: name, p: lp}
+	tenant := ""
+	if pn, err := geofabric.ParsePartition(lp.Name()); err == nil {
+		tenant = pn.Stream.Tenant
+	}
+	s.producers[id] = &sessProducer{name: name, p: lp, tenant: tenant}
 	return nil
 }
 
@@ -143,16 +156,31 @@ func (s *Session) send(c *transport.Send) {
 			return
 		}
 	}
-	if p.diskFull.Load() {
+	switch transport.ErrorCode(p.refusedAll.Load()) {
+	case transport.CodeDiskFull:
 		fail(wire.Errorf(transport.CodeDiskFull, "an earlier send of this producer was refused for lack of disk space; create the producer again to resend in order"))
+		return
+	case transport.CodeRateLimited:
+		fail(wire.Errorf(transport.CodeRateLimited, "an earlier send of this producer was refused by its tenant's publish rate limit; create the producer again to resend in order"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
+	if s.cfg.Throttle != nil {
+		// Held here, in order: the connection's later requests wait too,
+		// as TCP makes its client wait.
+		if err := s.cfg.Throttle(ctx, p.tenant, len(c.Messages), size); err != nil {
+			if refusesLater(transport.CodeOf(err)) {
+				p.refusedAll.Store(uint32(transport.CodeOf(err)))
+			}
+			fail(err)
+			return
+		}
+	}
 	p.p.Send(ctx, p.name, c.Messages, func(offsets []uint64, err error) {
 		if err != nil {
-			if transport.CodeOf(err) == transport.CodeDiskFull {
-				p.diskFull.Store(true)
+			if code := transport.CodeOf(err); refusesLater(code) {
+				p.refusedAll.Store(uint32(code))
 			}
 			fail(err)
 			return

@@ -109,6 +109,11 @@ type Config struct {
 	// watches (see Refusal), with the client's address and subject; the
 	// node counts and logs them. Nil: nobody is told.
 	Refused func(code transport.ErrorCode, client, subject string, err error)
+	// Throttle, when set, is asked before each send to a partition of
+	// tenant, with its messages and payload bytes: it waits while the
+	// tenant's publish rate limit holds the send back, or returns the
+	// error to refuse it with (RateLimited). Nil: no limit.
+	Throttle func(ctx context.Context, tenant string, messages, bytes int) error
 	// Logger receives the session's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -607,7 +612,7 @@ func (s *Session) replyErr(requestID uint64, err error) {
 func Refusal(code transport.ErrorCode) bool {
 	switch code {
 	case transport.CodeAuthenticationFailed, transport.CodeAuthorizationFailed, transport.CodeLimitExceeded,
-		transport.CodeDiskFull, transport.CodeBacklogQuotaExceeded, transport.CodeTooLarge:
+		transport.CodeDiskFull, transport.CodeBacklogQuotaExceeded, transport.CodeTooLarge, transport.CodeRateLimited:
 		return true
 	}
 	return false

@@ -43,6 +43,8 @@ type options struct {
 	authSecretFile  string
 	authPublicKey   string
 	tls             tlsconfig.Files
+	publishRate     float64
+	publishBytes    rateSizeFlag
 	nodeID          string
 	dataDir         string
 	clientAddr      string
@@ -145,6 +147,8 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.IntVar(&o.limits.MaxConsumersPerConnection, "max-consumers-per-connection", l.MaxConsumersPerConnection, "consumers one connection may hold (one per partition it reads on this node)")
 	f.IntVar(&o.limits.MaxSubscriptionsPerPartition, "max-subscriptions-per-partition", l.MaxSubscriptionsPerPartition, "durable subscriptions a partition may have; a subscribe that would create one more is refused with LimitExceeded")
 	f.IntVar(&o.limits.MaxQueuedBytesPerConnection, "max-queued-bytes-per-connection", l.MaxQueuedBytesPerConnection, "bytes one connection may hold in memory each way (plus one frame): frames read and not yet served, past which the node stops reading it, and messages queued for its consumers and not yet written")
+	f.Float64Var(&o.publishRate, "tenant-publish-rate", 0, "messages a second this node stores for each tenant's producers (0: no limit); a send over it waits, holding its connection, and one that would wait more than 5 s is refused with RateLimited")
+	f.Var(&o.publishBytes, "tenant-publish-bytes-rate", "payload bytes a second this node stores for each tenant's producers, a size such as 10MiB (0: no limit); as --tenant-publish-rate")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.BoolVar(&o.logJSON, "log-json", false, "write logs as JSON lines")
 	cmd.SetOut(stdout)
@@ -227,6 +231,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		RaftSnapshots:     o.raftSnapshots,
 		Subscriptions:     o.subs,
 		Limits:            o.limits,
+		PublishRate:       broker.PublishRate{Messages: o.publishRate, Bytes: int64(o.publishBytes)},
 		Version:           version,
 		Logger:            logger,
 	})

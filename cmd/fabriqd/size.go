@@ -61,3 +61,23 @@ func (s *sizeFlag) Set(v string) error {
 	*s = sizeFlag(n)
 	return nil
 }
+
+// rateSizeFlag is a size a second, or 0 (also written off) for no limit.
+type rateSizeFlag int64
+
+func (s *rateSizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (*rateSizeFlag) Type() string { return "size" }
+
+func (s *rateSizeFlag) Set(v string) error {
+	if v == "0" || v == "off" {
+		*s = 0
+		return nil
+	}
+	var n sizeFlag
+	if err := n.Set(v); err != nil {
+		return err
+	}
+	*s = rateSizeFlag(n)
+	return nil
+}
