@@ -270,6 +270,10 @@ func tenancyRequestID(cmd transport.Command) uint64 {
 		return c.RequestID
 	case *transport.SetFabricRegions:
 		return c.RequestID
+	case *transport.ResetCursor:
+		return c.RequestID
+	case *transport.DeleteSubscription:
+		return c.RequestID
 	}
 	return 0
 }

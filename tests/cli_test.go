@@ -387,3 +387,107 @@ func TestCLIConsumeListAndPattern(t *testing.T) {
 		}
 	}
 }
+
+// The subscription commands: list, reset (earliest, a duration ago, an
+// offset of one partition), skip and delete, each visible in the
+// subscription's backlog as stream describe reports it.
+func TestCLISubscriptions(t *testing.T) {
+	n := startNode(t, "n1", t.TempDir())
+	url := n.url()
+	ctx := testContext(t, time.Minute)
+	const stream = "persistent://acme/prod/orders"
+	cliFabric(t, url, "acme/prod")
+	if out, errOut, code := fabriqCLI(t, url, "", "stream", "create", stream, "--partitions", "2"); code != 0 {
+		t.Fatalf("stream create: %d %s %s", code, out, errOut)
+	}
+	c := newClient(t, url)
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 6 {
+		if _, err := p.Send(ctx, &client.ProducerMessage{Key: fmt.Sprint(i), Payload: []byte("m")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: stream, Subscription: "billing", Type: client.Shared, SubscriptionInitialPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cons.Ack(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cons.Close(); err != nil { // its acks are committed
+		t.Fatal(err)
+	}
+	backlog := func() int {
+		t.Helper()
+		out, errOut, code := fabriqCLI(t, url, "", "stream", "describe", stream, "--json")
+		if code != 0 {
+			t.Fatalf("describe: %d %s", code, errOut)
+		}
+		var d struct {
+			Subscriptions []struct {
+				Name    string `json:"name"`
+				Backlog int    `json:"backlog"`
+			} `json:"subscriptions"`
+		}
+		if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Subscriptions) != 1 || d.Subscriptions[0].Name != "billing" {
+			t.Fatalf("describe --json: %v\n%s", err, out)
+		}
+		return d.Subscriptions[0].Backlog
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := fabriqCLI(t, url, "", append([]string{"subscription"}, args...)...)
+		if code != 0 {
+			t.Fatalf("subscription %v: %d %s %s", args, code, out, errOut)
+		}
+		return out
+	}
+	if out := run("list", stream); out != "billing\n" {
+		t.Fatalf("list: %q", out)
+	}
+	for _, step := range []struct {
+		args    []string
+		backlog int
+	}{
+		{[]string{"reset", stream, "billing", "--to", "earliest"}, 6},
+		{[]string{"skip", stream, "billing"}, 0},
+		{[]string{"reset", stream, "billing", "--to", "1h"}, 6}, // all published less than an hour ago
+		{[]string{"reset", stream, "billing", "--to", "latest"}, 0},
+		{[]string{"reset", stream, "billing", "--to", "0", "--partition", "1"}, -1}, // partition 1's count
+	} {
+		run(step.args...)
+		got := backlog()
+		if step.backlog >= 0 && got != step.backlog {
+			t.Fatalf("after %v: backlog %d, want %d", step.args, got, step.backlog)
+		}
+		if step.backlog < 0 && (got == 0 || got == 6) {
+			t.Fatalf("after %v: backlog %d, want partition 1's messages alone", step.args, got)
+		}
+	}
+	for _, args := range [][]string{
+		{"reset", stream, "billing", "--to", "3"},                     // an offset needs a partition
+		{"reset", stream, "billing", "--to", "0", "--partition", "2"}, // no such partition
+		{"reset", stream, "billing", "--to", "someday"},
+		{"reset", stream, "nobody", "--to", "earliest"},
+		{"skip", "persistent://acme/prod/missing", "billing"},
+	} {
+		out, errOut, code := fabriqCLI(t, url, "", append([]string{"subscription"}, args...)...)
+		if code == 0 || errOut == "" || out != "" {
+			t.Errorf("fabriq subscription %v: status %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	run("delete", stream, "billing")
+	if out := run("list", stream); out != "" {
+		t.Fatalf("list after delete: %q", out)
+	}
+}

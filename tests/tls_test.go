@@ -103,9 +103,10 @@ func writePEMFile(t testing.TB, path, typ string, der []byte) {
 // every port, gossip encryption, authentication; and what its clients
 // need: the CA and an operator's token.
 type secureSetup struct {
-	nodeArgs []string
-	caFile   string
-	token    string
+	nodeArgs   []string
+	caFile     string
+	secretFile string // signs tokens the cluster accepts
+	token      string
 }
 
 // secured holds the secure setups of the tests that asked for one
@@ -133,8 +134,9 @@ func secure(t *testing.T) *secureSetup {
 	s := &secureSetup{
 		nodeArgs: []string{"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-file", ca.file,
 			"--gossip-key-file", gossipKey, "--auth-secret-file", secret},
-		caFile: ca.file,
-		token:  cliToken(t, "--secret-file", secret, "--subject", "tests", "--superuser", "--expires", "1h"),
+		caFile:     ca.file,
+		secretFile: secret,
+		token:      cliToken(t, "--secret-file", secret, "--subject", "tests", "--superuser", "--expires", "1h"),
 	}
 	secured.Store(t, s)
 	t.Cleanup(func() { secured.Delete(t) })

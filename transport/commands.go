@@ -65,6 +65,8 @@ const (
 	TypeStreamsChanged
 	TypeCloseWatch
 	TypeSetFabricRegions
+	TypeResetCursor
+	TypeDeleteSubscription
 )
 
 // Command is one protocol command. Every command type is a pointer to one

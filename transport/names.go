@@ -55,6 +55,8 @@ var typeNames = [...]string{
 	TypeStreamsChanged:            "StreamsChanged",
 	TypeCloseWatch:                "CloseWatch",
 	TypeSetFabricRegions:          "SetFabricRegions",
+	TypeResetCursor:               "ResetCursor",
+	TypeDeleteSubscription:        "DeleteSubscription",
 }
 
 // String returns the command's name, "Send" for TypeSend.

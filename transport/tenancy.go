@@ -139,7 +139,7 @@ func newTenancyCommand(t CommandType) Command {
 	case TypeSetFabricRegions:
 		return new(SetFabricRegions)
 	}
-	return nil
+	return newSubscriptionCommand(t)
 }
 
 // WatchStreams asks for the streams of one fabric whose full names match

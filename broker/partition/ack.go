@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/broker/fsm"
-	"github.com/fabriq-io/fabriq/broker/wire"
-	"github.com/fabriq-io/fabriq/transport"
 )
 
 // ackReq is one consumer's acks waiting for commit.
@@ -80,7 +78,7 @@ func (p *Partition) ackLoop() {
 		for i, r := range reqs {
 			rerr := err
 			if rerr == nil && i < len(errs) && errs[i] != nil && len(r.offsets) > 0 {
-				rerr = wire.Errorf(transport.CodeSubscriptionNotFound, "subscription %s does not exist", r.sub)
+				rerr = subscriptionNotFound(r.sub)
 			}
 			if rerr == nil {
 				if d := p.dispatcherOf(r.sub); d != nil {

@@ -435,6 +435,9 @@ func (p *Partition) raftError(err error) error {
 		return wire.Errorf(transport.CodeTimeout, "the partition's Raft group did not commit in time")
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, cluster.ErrClosed):
 		return ErrStopping
+	case errors.Is(err, fsm.ErrSubscriptionNotFound):
+		// Deleted meanwhile (a seek's subscription, by an operator).
+		return wire.Errorf(transport.CodeSubscriptionNotFound, "%v", err)
 	case errors.Is(err, fsm.ErrHalted):
 		// Committed, and stored by the other replicas: a retry finds it
 		// there, deduplicated.

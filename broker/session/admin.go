@@ -97,6 +97,37 @@ func (s *Session) renewReplica(c *transport.RenewReplica) {
 	s.answer(c.RequestID, s.node.RenewReplica(c.Partition, c.Member, s.conn.RemoteAddr()))
 }
 
+// resetCursor moves a subscription's cursor for an operator.
+func (s *Session) resetCursor(c *transport.ResetCursor) {
+	p, err := s.node.LocalLeader(c.Partition)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	offset := c.Offset
+	if c.Time != nil {
+		if offset, err = p.OffsetForTime(*c.Time); err != nil {
+			s.replyErr(c.RequestID, err)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	s.answer(c.RequestID, p.ResetCursor(ctx, c.Subscription, offset))
+}
+
+// deleteSubscription deletes a subscription for an operator.
+func (s *Session) deleteSubscription(c *transport.DeleteSubscription) {
+	p, err := s.node.LocalLeader(c.Partition)
+	if err != nil {
+		s.replyErr(c.RequestID, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	s.answer(c.RequestID, p.DeleteSubscription(ctx, c.Subscription, c.Force))
+}
+
 // answer answers a request with Success, or with its error.
 func (s *Session) answer(requestID uint64, err error) {
 	if err != nil {

@@ -117,6 +117,18 @@ func permission(c *auth.Claims, cmd transport.Command) (uint64, error) {
 		if partitionOf(m.Stream) {
 			return 0, nil
 		}
+	case *transport.ResetCursor:
+		// What a consumer may do to its own subscription (Seek).
+		id, what, action = m.RequestID, "move cursors", auth.Consume
+		if partitionOf(m.Partition) {
+			return 0, nil
+		}
+	case *transport.DeleteSubscription:
+		// What a consumer may do to its own subscription (Unsubscribe).
+		id, what, action = m.RequestID, "delete subscriptions", auth.Consume
+		if partitionOf(m.Partition) {
+			return 0, nil
+		}
 	case *transport.WatchStreams:
 		id, what, action = m.RequestID, "watch streams", auth.Consume
 		if fabricOf(m.Fabric) {

@@ -29,6 +29,10 @@ func fullNames(cmd transport.Command) {
 		c.Stream = fullStream(c.Stream)
 	case *transport.DescribeStream:
 		c.Stream = fullStream(c.Stream)
+	case *transport.ResetCursor:
+		c.Partition = fullPartition(c.Partition)
+	case *transport.DeleteSubscription:
+		c.Partition = fullPartition(c.Partition)
 	}
 }
 

@@ -386,7 +386,7 @@ func slowRequest(cmd transport.Command) bool {
 		*transport.Seek, *transport.Unsubscribe, *transport.CreateStream, *transport.DeleteStream,
 		*transport.ListStreams, *transport.DescribeStream, *transport.ClusterStatus, *transport.RenewReplica,
 		*transport.CreateTenant, *transport.DeleteTenant, *transport.CreateFabric, *transport.DeleteFabric,
-		*transport.SetFabricRegions:
+		*transport.SetFabricRegions, *transport.ResetCursor, *transport.DeleteSubscription:
 		return true
 	}
 	return false
@@ -700,6 +700,10 @@ func (s *Session) handle(cmd transport.Command) {
 		s.clusterStatus(c)
 	case *transport.RenewReplica:
 		s.renewReplica(c)
+	case *transport.ResetCursor:
+		s.resetCursor(c)
+	case *transport.DeleteSubscription:
+		s.deleteSubscription(c)
 	default:
 		if s.tenancy(cmd) {
 			return

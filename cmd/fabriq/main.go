@@ -103,7 +103,7 @@ right leader.`,
 			fmt.Fprintln(cmd.OutOrStdout(), "fabriq", version)
 		},
 	})
-	root.AddCommand(a.tenantCommand(), a.fabricCommand(), a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.clusterCommand(), a.benchCommand(), a.tokenCommand())
+	root.AddCommand(a.tenantCommand(), a.fabricCommand(), a.streamCommand(), a.produceCommand(), a.consumeCommand(), a.subscriptionCommand(), a.clusterCommand(), a.benchCommand(), a.tokenCommand())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -56,3 +56,34 @@ func TestRetentionFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestCursorPosition(t *testing.T) {
+	now := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		to           string
+		partition    int
+		partitionSet bool
+		want         string
+	}{
+		{"earliest", 0, false, "earliest"},
+		{"LATEST", 0, false, "latest"},
+		{"2h", 0, false, "published at or after 2026-01-02T13:04:05Z"},
+		{"7d", 0, false, "published at or after 2025-12-26T15:04:05Z"},
+		{"2025-12-31T23:00:00+01:00", 0, false, "published at or after 2025-12-31T22:00:00Z"},
+		{"17", 3, true, "offset 17 of partition 3"},
+	} {
+		got, err := cursorPosition(tc.to, tc.partition, tc.partitionSet, now)
+		if err != nil || got.String() != tc.want {
+			t.Errorf("--to %s: %v, %v; want %s", tc.to, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		to           string
+		partition    int
+		partitionSet bool
+	}{{"17", 0, false}, {"earliest", 1, true}, {"17", -1, true}, {"soon", 0, false}, {"-1", 0, false}, {"0s", 0, false}} {
+		if got, err := cursorPosition(tc.to, tc.partition, tc.partitionSet, now); err == nil {
+			t.Errorf("--to %s --partition %d (set %v): %v, want an error", tc.to, tc.partition, tc.partitionSet, got)
+		}
+	}
+}

@@ -15,6 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fabriq-io/fabriq/broker"
+	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/httpadmin"
+	"github.com/fabriq-io/fabriq/tlsconfig"
 )
 
 // listenHTTP opens the HTTP port (--http-addr) before the node is made,
@@ -34,10 +37,13 @@ func listenHTTP(addr string) (net.Listener, error) {
 //     metadata group led, every partition of the node led), 503 when
 //     not; the body is the readiness as JSON either way;
 //   - /metrics: the node's metrics (broker.Node.Collector), Go's and the
-//     process's, in Prometheus's text format.
+//     process's, in Prometheus's text format;
+//   - /admin/v1/...: the admin API (package httpadmin), whose requests
+//     go to the cluster through a client of the node's own client port
+//     (adminClient), with the caller's token.
 //
 // stop shuts the server down, waiting up to 5 s for requests in flight.
-func serveHTTP(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop func()) {
+func serveHTTP(ln net.Listener, node *broker.Node, certs *tlsconfig.Node, logger *slog.Logger) (stop func()) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(node.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -58,8 +64,25 @@ func serveHTTP(ln net.Listener, node *broker.Node, logger *slog.Logger) (stop fu
 		}{r.Ready(), r}
 		json.NewEncoder(w).Encode(body)
 	})
+	httpadmin.Register(mux, httpadmin.Config{
+		Dial:   func(token string) (*client.Client, error) { return adminClient(node, certs, token) },
+		Logger: logger,
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	return serve(ln, srv, "health and metrics", logger)
+	return serve(ln, srv, "health, metrics and admin", logger)
+}
+
+// adminClient returns a client of the cluster for one admin request: it
+// enters through this node's client port and presents token. With TLS on
+// it dials as the node dials its peers, checking their certificates
+// against the cluster's CA.
+func adminClient(node *broker.Node, certs *tlsconfig.Node, token string) (*client.Client, error) {
+	opts := client.Options{URL: "fabriq://" + node.Addr(), Name: "http-admin", Token: token}
+	if certs != nil {
+		opts.URL = "fabriq+tls://" + node.Addr()
+		opts.TLSConfig = certs.PeerClient()
+	}
+	return client.New(opts)
 }
 
 // serve runs srv on ln in a goroutine until the returned stop, which

@@ -242,7 +242,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	defer stop()
 	if httpLn != nil {
 		// From before the start, so that /readyz answers "not yet".
-		defer serveHTTP(httpLn, node, logger)()
+		defer serveHTTP(httpLn, node, certs, logger)()
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = node.Start(startCtx)
