@@ -125,7 +125,12 @@ func (a *api) route(mux *http.ServeMux, pattern string, h handler) {
 			if status >= 500 {
 				a.cfg.Logger.Warn("admin API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
-			writeError(w, status, code, err.Error())
+			msg := err.Error()
+			var te *transport.Error
+			if errors.As(err, &te) && te.Message != "" {
+				msg = te.Message // the node's words, without the client's path to them
+			}
+			writeError(w, status, code, msg)
 			return
 		}
 		if res == nil {

@@ -113,7 +113,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.StringVar(&o.tls.Cert, "tls-cert-file", "", "turn TLS on for every port (client, Raft, HTTP) with this PEM certificate of the node (with its intermediates after it); it names the host names and IPs clients dial, and the CA of --tls-ca-file signed it; needs --tls-key-file and --tls-ca-file")
 	f.StringVar(&o.tls.Key, "tls-key-file", "", "the PEM private key of --tls-cert-file")
 	f.StringVar(&o.tls.CA, "tls-ca-file", "", "the PEM certificate of the cluster's CA: peers on the Raft port must present a certificate it signed (make it sign the cluster's nodes alone)")
-	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs), /readyz (the node is ready: started, the metadata group and every partition of the node led) and /metrics (Prometheus); advertised to the other nodes; off when empty")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP address: /healthz (the process runs), /readyz (the node is ready: started, the metadata group and every partition of the node led), /metrics (Prometheus) and the admin API under /admin/v1/ (JSON, the same tokens as the client port); advertised to the other nodes; off when empty")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's CPU, heap, mutex and block profiles at http://ADDR/debug/pprof/ (off when empty; no authentication: keep it on loopback)")
 	f.StringVar(&o.region, "region", "", "the node's region")
 	f.StringSliceVar(&o.join, "join", nil, "gossip addresses of nodes to join, HOST:PORT[,HOST:PORT...]")
