@@ -274,6 +274,8 @@ func tenancyRequestID(cmd transport.Command) uint64 {
 		return c.RequestID
 	case *transport.DeleteSubscription:
 		return c.RequestID
+	case *transport.RenewReplica:
+		return c.RequestID
 	}
 	return 0
 }
