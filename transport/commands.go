@@ -104,6 +104,10 @@ type Pong struct{}
 type Lookup struct {
 	RequestID uint64 `msgpack:"r"`
 	Stream    string `msgpack:"s"` // a partition, in any form geofabric.ParsePartition reads
+	// Wait asks the node to wait, within its request timeout, until it
+	// can name the partition's leader, rather than answer NotLeader or
+	// ServiceNotReady at once: Pulsar clients do not retry a lookup.
+	Wait bool `msgpack:"w,omitempty"`
 }
 
 // LookupResult answers Lookup: Here when the node asked is the leader,
@@ -119,6 +123,10 @@ type LookupResult struct {
 type PartitionedMetadata struct {
 	RequestID uint64 `msgpack:"r"`
 	Stream    string `msgpack:"s"`
+	// Wait asks the node to wait, within its request timeout, while it
+	// cannot answer yet (ServiceNotReady: starting, catching up), as
+	// Lookup.Wait.
+	Wait bool `msgpack:"w,omitempty"`
 }
 
 // PartitionedMetadataResult answers PartitionedMetadata.

@@ -32,6 +32,9 @@ type Config struct {
 	// Logger receives connection events (a connection failed and closed) at
 	// debug level. Nil discards them.
 	Logger *slog.Logger
+	// Codec is the connection's wire protocol; nil is fabriq's own
+	// (FrameCodec). One Codec serves one connection.
+	Codec Codec
 }
 
 // DefaultConfig returns the configuration used where a field is zero.
@@ -57,6 +60,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Codec == nil {
+		c.Codec = FrameCodec{}
 	}
 	return c
 }
@@ -168,16 +174,15 @@ func (c *Conn) SendAll(ctx context.Context, cmds ...Command) error {
 	defer putBuffer(bp)
 	b := (*bp)[:0]
 	for _, cmd := range cmds {
-		start := len(b)
 		var err error
-		b, err = AppendFrame(b, cmd)
+		b, err = c.cfg.Codec.Append(b, cmd, c.cfg.MaxFrameSize)
 		*bp = b
 		if err != nil {
 			return err
 		}
-		if n := len(b) - start - headerSize; n > c.cfg.MaxFrameSize {
-			return &FrameSizeError{Size: int64(n), Max: int64(c.cfg.MaxFrameSize)}
-		}
+	}
+	if len(b) == 0 {
+		return nil // nothing the peer's protocol says
 	}
 	select {
 	case c.wmu <- struct{}{}:
@@ -313,7 +318,7 @@ func (c *Conn) receiveSized(ctx context.Context) (Command, int, error) {
 			close(interrupted)
 		})
 	}
-	cmd, n, err := readFrame(c.br, c.cfg.MaxFrameSize)
+	cmd, n, err := c.cfg.Codec.Read(c.br, c.cfg.MaxFrameSize)
 	if stop != nil && !stop() {
 		<-interrupted
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"time"
 
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/geofabric"
@@ -13,6 +14,9 @@ import (
 
 func (s *Session) lookup(c *transport.Lookup) {
 	res, err := s.node.Lookup(c.Stream)
+	if err != nil && c.Wait {
+		res, err = s.awaitLookup(c.Stream, err)
+	}
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return
@@ -21,10 +25,52 @@ func (s *Session) lookup(c *transport.Lookup) {
 	s.reply(res)
 }
 
+// lookupRetry is how often a waiting lookup asks again.
+const lookupRetry = 50 * time.Millisecond
+
+// awaitLookup asks again until the partition's leader is known, a lookup
+// fails for another reason, or the request times out (the last answer is
+// then returned).
+func (s *Session) awaitLookup(stream string, err error) (*transport.LookupResult, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	defer cancel()
+	t := time.NewTicker(lookupRetry)
+	defer t.Stop()
+	for {
+		switch transport.CodeOf(err) {
+		case transport.CodeNotLeader, transport.CodeServiceNotReady:
+		default:
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-t.C:
+		}
+		var res *transport.LookupResult
+		if res, err = s.node.Lookup(stream); err == nil {
+			return res, nil
+		}
+	}
+}
+
 func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
 	n, err := s.node.Partitions(ctx, c.Stream)
+	if c.Wait {
+		t := time.NewTicker(lookupRetry)
+		defer t.Stop()
+		for transport.CodeOf(err) == transport.CodeServiceNotReady {
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				n, err = s.node.Partitions(ctx, c.Stream)
+				continue
+			}
+			break
+		}
+	}
 	if err != nil {
 		s.replyErr(c.RequestID, err)
 		return

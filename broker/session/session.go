@@ -114,6 +114,10 @@ type Config struct {
 	// tenant's publish rate limit holds the send back, or returns the
 	// error to refuse it with (RateLimited). Nil: no limit.
 	Throttle func(ctx context.Context, tenant string, messages, bytes int) error
+	// Codec, when set, makes each connection's wire protocol (one codec a
+	// connection): the node serves Pulsar clients through it. Nil:
+	// fabriq's own frames.
+	Codec func() transport.Codec
 	// Logger receives the session's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -223,7 +227,11 @@ func New(nc net.Conn, node Node, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	conn, err := transport.NewConn(nc, transport.Config{MaxFrameSize: cfg.MaxMessageBytes + 64<<10, Logger: cfg.Logger})
+	tcfg := transport.Config{MaxFrameSize: cfg.MaxMessageBytes + 64<<10, Logger: cfg.Logger}
+	if cfg.Codec != nil {
+		tcfg.Codec = cfg.Codec()
+	}
+	conn, err := transport.NewConn(nc, tcfg)
 	if err != nil {
 		return nil, err
 	}
