@@ -23,7 +23,7 @@ CHAOS_NETNS ?= true
 # Disk-full faults (lazyfs mounts that act as full); false leaves them out.
 CHAOS_DISKFULL ?= true
 
-.PHONY: help build test lint bench bench-partitions bench-wan fuzz chaos chaos-short run clean
+.PHONY: help build test lint proto bench bench-partitions bench-wan fuzz chaos chaos-short run clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ lint: ## gofmt, go vet and staticcheck (pinned in go.mod)
 	$(GO) tool staticcheck ./...
 	$(GO) tool staticcheck -tags chaos ./tests/chaos
 	$(GO) tool staticcheck -tags partitions ./tests
+
+proto: ## regenerate pulsarwire/pb/pulsar.pb.go from pulsar.proto (needs protoc: apt-get install protobuf-compiler)
+	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --go_out=. --go_opt=module=github.com/fabriq-io/fabriq pulsarwire/pb/pulsar.proto
 
 bench: ## run the benchmarks (BENCHTIME, BENCH_LOG_BYTES)
 	FABRIQ_BENCH_LOG_BYTES=$(BENCH_LOG_BYTES) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
@@ -67,6 +70,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./storage
 	$(GO) test -run '^$$' -fuzz '^FuzzRecoverSegment$$' -fuzztime $(FUZZTIME) ./storage
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./transport
+	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./pulsarwire
 	$(GO) test -run '^$$' -fuzz '^FuzzRouteState$$' -fuzztime $(FUZZTIME) ./cluster
 	$(GO) test -run '^$$' -fuzz '^FuzzPartitionDir$$' -fuzztime $(FUZZTIME) ./broker
 

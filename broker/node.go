@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabriq-io/fabriq/broker/partition"
+	"github.com/fabriq-io/fabriq/broker/pulsar"
 	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/broker/wire"
 	"github.com/fabriq-io/fabriq/cluster"
@@ -1060,7 +1061,11 @@ func (n *Node) sessionConfig() session.Config {
 	if n.publish.on() {
 		throttle = n.publish.throttle
 	}
+	pcfg := pulsar.Config{Addr: n.cfg.AdvertiseClientAddr, TLS: n.cfg.TLS != nil, MaxMessageBytes: n.cfg.MaxMessageBytes}
 	return session.Config{
+		// Pulsar clients are served on the client port: each connection
+		// speaks the protocol its first bytes are in.
+		Codec:           func() transport.Codec { return pulsar.Sniff(pcfg) },
 		Throttle:        throttle,
 		NodeID:          n.cfg.NodeID,
 		Version:         n.cfg.Version,
