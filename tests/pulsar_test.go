@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,5 +99,320 @@ func TestPulsarProduceConsume(t *testing.T) {
 		if string(m.Payload) != fmt.Sprint("m", i) || m.Key != fmt.Sprint("k", i) {
 			t.Fatalf("fabriq read %d: %q key %q", i, m.Payload, m.Key)
 		}
+	}
+}
+
+// Batches, key-based batches and compressed batches from Pulsar
+// producers arrive whole, in order, with their keys and properties, read
+// by a Pulsar consumer and by a fabriq consumer; what a fabriq producer
+// sends a Pulsar consumer reads.
+func TestPulsarBatchesAndCompression(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 2*time.Minute)
+	pc := newPulsarClient(t, nodes)
+	fc := newClient(t, clusterURL(nodes))
+	for _, tc := range []struct {
+		name string
+		opts pulsar.ProducerOptions
+	}{
+		{"batched", pulsar.ProducerOptions{BatchingMaxMessages: 10, BatchingMaxPublishDelay: 50 * time.Millisecond}},
+		{"key-based", pulsar.ProducerOptions{BatcherBuilderType: pulsar.KeyBasedBatchBuilder, BatchingMaxPublishDelay: 50 * time.Millisecond}},
+		{"lz4", pulsar.ProducerOptions{CompressionType: pulsar.LZ4, BatchingMaxPublishDelay: 50 * time.Millisecond}},
+		{"zstd", pulsar.ProducerOptions{CompressionType: pulsar.ZSTD, BatchingMaxPublishDelay: 50 * time.Millisecond}},
+	} {
+		topic := "persistent://public/default/batch-" + tc.name
+		tc.opts.Topic = topic
+		p, err := pc.CreateProducer(tc.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		const n = 200
+		done := make(chan error, n)
+		for i := range n {
+			p.SendAsync(ctx, &pulsar.ProducerMessage{Key: fmt.Sprint("k", i%7), Payload: []byte(fmt.Sprint(tc.name, "-", i)),
+				Properties: map[string]string{"i": fmt.Sprint(i)}}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+		}
+		for range n {
+			if err := <-done; err != nil {
+				t.Fatalf("%s: send: %v", tc.name, err)
+			}
+		}
+		p.Close()
+		// Per key, in order, through a Pulsar consumer.
+		cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := map[string]int{}
+		for range n {
+			m, err := cons.Receive(ctx)
+			if err != nil {
+				t.Fatalf("%s: receive: %v", tc.name, err)
+			}
+			var i int
+			fmt.Sscan(m.Properties()["i"], &i)
+			if string(m.Payload()) != fmt.Sprint(tc.name, "-", i) || m.Key() != fmt.Sprint("k", i%7) {
+				t.Fatalf("%s: %q key %q properties %v", tc.name, m.Payload(), m.Key(), m.Properties())
+			}
+			if prev, ok := last[m.Key()]; ok && prev >= i {
+				t.Fatalf("%s: key %s: %d after %d", tc.name, m.Key(), i, prev)
+			}
+			last[m.Key()] = i
+			cons.Ack(m)
+		}
+		cons.Close()
+		// The same messages through fabriq's client.
+		fcons, err := fc.Subscribe(ctx, client.ConsumerOptions{Stream: topic, Subscription: "f", SubscriptionInitialPosition: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			m, err := fcons.Receive(ctx)
+			if err != nil || m.Properties["i"] == "" || string(m.Payload) != fmt.Sprint(tc.name, "-", m.Properties["i"]) {
+				t.Fatalf("%s: fabriq read %+v %v", tc.name, m, err)
+			}
+		}
+		fcons.Close()
+	}
+
+	// The reverse: a fabriq producer, a Pulsar consumer.
+	if err := createStream(ctx, fc, "persistent://public/default/from-fabriq", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	fp, err := fc.CreateProducer(ctx, client.ProducerOptions{Stream: "persistent://public/default/from-fabriq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	cons, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: "from-fabriq", SubscriptionName: "p", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	for i := range 5 {
+		if _, err := fp.Send(ctx, &client.ProducerMessage{Key: fmt.Sprint("k", i), Payload: []byte(fmt.Sprint("f", i)),
+			Properties: map[string]string{"from": "fabriq"}, EventTime: time.UnixMilli(1_700_000_000_000 + int64(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Payload()) != fmt.Sprint("f", i) || m.Key() != fmt.Sprint("k", i) || m.Properties()["from"] != "fabriq" ||
+			m.EventTime().UnixMilli() != 1_700_000_000_000+int64(i) || m.PublishTime().IsZero() {
+			t.Fatalf("message %d: %q key %q %v event %v publish %v", i, m.Payload(), m.Key(), m.Properties(), m.EventTime(), m.PublishTime())
+		}
+		cons.Ack(m)
+	}
+}
+
+// sendPulsar sends n messages with keys k0..k(keys-1), payloads prefix-i,
+// waiting for each receipt.
+func sendPulsar(ctx context.Context, t *testing.T, pc pulsar.Client, topic, prefix string, n, keys int) {
+	t.Helper()
+	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxPublishDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	done := make(chan error, n)
+	for i := range n {
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Key: fmt.Sprint("k", i%keys), Payload: []byte(fmt.Sprint(prefix, i))},
+			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+	}
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// receiveN receives n messages from any of consumers, acking them when
+// ack; it returns, per consumer, the payloads it got in order.
+func receiveN(ctx context.Context, t *testing.T, n int, ack bool, consumers ...pulsar.Consumer) [][]pulsar.Message {
+	t.Helper()
+	got := make([][]pulsar.Message, len(consumers))
+	ch := make(chan pulsar.ConsumerMessage, n)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case m := <-c.Chan():
+					ch <- m
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for range n {
+		select {
+		case m := <-ch:
+			for i, c := range consumers {
+				if c == m.Consumer {
+					got[i] = append(got[i], m.Message)
+				}
+			}
+			if ack {
+				if err := m.Consumer.Ack(m.Message); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-ctx.Done():
+			total := 0
+			for _, g := range got {
+				total += len(g)
+			}
+			t.Fatalf("received %d of %d", total, n)
+		}
+	}
+	return got
+}
+
+// The four subscription types through pulsar-client-go.
+func TestPulsarSubscriptionTypes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	pc := newPulsarClient(t, nodes)
+	// Acks wait for their ACK_RESPONSE: a consumer closed after its acks
+	// leaves nothing to redeliver.
+	sub := func(topic, name string, typ pulsar.SubscriptionType, consumer string, ks *pulsar.KeySharedPolicy) (pulsar.Consumer, error) {
+		return pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: name, Type: typ, Name: consumer, KeySharedPolicy: ks,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest, AckWithResponse: true})
+	}
+
+	t.Run("exclusive refuses a second consumer", func(t *testing.T) {
+		a, err := sub("excl", "s", pulsar.Exclusive, "a", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if b, err := sub("excl", "s", pulsar.Exclusive, "b", nil); err == nil {
+			b.Close()
+			t.Fatal("a second exclusive consumer was let in")
+		} else if !strings.Contains(err.Error(), "ConsumerBusy") {
+			t.Fatalf("the second consumer: %v, want ConsumerBusy", err)
+		}
+	})
+
+	t.Run("shared spreads and redelivers a closed consumer's unacked", func(t *testing.T) {
+		a, err := sub("shared", "s", pulsar.Shared, "a", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := sub("shared", "s", pulsar.Shared, "b", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		sendPulsar(ctx, t, pc, "shared", "m", 100, 10)
+		got := receiveN(ctx, t, 100, false, a, b)
+		if len(got[0]) == 0 || len(got[1]) == 0 {
+			t.Fatalf("shared did not spread: a %d, b %d", len(got[0]), len(got[1]))
+		}
+		for _, m := range got[1] {
+			b.Ack(m)
+		}
+		a.Close() // unacked: they go to b
+		again := receiveN(ctx, t, len(got[0]), true, b)
+		if len(again[0]) != len(got[0]) {
+			t.Fatalf("b got %d of a's %d", len(again[0]), len(got[0]))
+		}
+		for _, m := range again[0] {
+			if m.RedeliveryCount() == 0 {
+				t.Fatalf("%s redelivered with count 0", m.Payload())
+			}
+		}
+	})
+
+	t.Run("failover picks a master and the next takes over", func(t *testing.T) {
+		a, err := sub("fo", "s", pulsar.Failover, "a", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := sub("fo", "s", pulsar.Failover, "b", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		sendPulsar(ctx, t, pc, "fo", "m", 20, 1)
+		got := receiveN(ctx, t, 20, true, a, b)
+		master, standby := 0, 1
+		if len(got[1]) > 0 {
+			master, standby = 1, 0
+		}
+		if len(got[standby]) != 0 {
+			t.Fatalf("both consumers got messages: %d and %d", len(got[0]), len(got[1]))
+		}
+		for i, m := range got[master] {
+			if string(m.Payload()) != fmt.Sprint("m", i) {
+				t.Fatalf("out of order: %s at %d", m.Payload(), i)
+			}
+		}
+		[]pulsar.Consumer{a, b}[master].Close()
+		sendPulsar(ctx, t, pc, "fo", "n", 10, 1)
+		next := receiveN(ctx, t, 10, true, []pulsar.Consumer{a, b}[standby])
+		for i, m := range next[0] {
+			if string(m.Payload()) != fmt.Sprint("n", i) {
+				t.Fatalf("the next in line got %s at %d", m.Payload(), i)
+			}
+		}
+		if master == 0 {
+			a = nil
+		} else {
+			a.Close()
+		}
+	})
+
+	for _, ks := range []struct {
+		name   string
+		policy func(i int) *pulsar.KeySharedPolicy
+	}{
+		{"auto split", func(int) *pulsar.KeySharedPolicy { return nil }},
+		{"sticky", func(i int) *pulsar.KeySharedPolicy {
+			return &pulsar.KeySharedPolicy{Mode: pulsar.KeySharedPolicyModeSticky,
+				HashRanges: [][]int{{0, 32767}, {32768, 65535}}[i]}
+		}},
+	} {
+		t.Run("key_shared "+ks.name+" keeps one consumer per key, in order", func(t *testing.T) {
+			topic := "ks-" + strings.ReplaceAll(ks.name, " ", "-")
+			var cs []pulsar.Consumer
+			for i := range 2 {
+				c, err := sub(topic, "s", pulsar.KeyShared, fmt.Sprint("c", i), ks.policy(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				cs = append(cs, c)
+			}
+			sendPulsar(ctx, t, pc, topic, "m", 200, 20)
+			got := receiveN(ctx, t, 200, true, cs...)
+			owner := map[string]int{}
+			for ci, ms := range got {
+				last := map[string]int{}
+				for _, m := range ms {
+					if o, ok := owner[m.Key()]; ok && o != ci {
+						t.Fatalf("key %s on two consumers", m.Key())
+					}
+					owner[m.Key()] = ci
+					var i int
+					fmt.Sscanf(string(m.Payload()), "m%d", &i)
+					if p, ok := last[m.Key()]; ok && p >= i {
+						t.Fatalf("key %s: %d after %d", m.Key(), i, p)
+					}
+					last[m.Key()] = i
+				}
+			}
+			if len(got[0]) == 0 || len(got[1]) == 0 {
+				t.Fatalf("one consumer got every key: %d and %d", len(got[0]), len(got[1]))
+			}
+		})
 	}
 }

@@ -94,6 +94,7 @@ const (
 	kindAck
 	kindTopics
 	kindLastID
+	kindSubscribe
 )
 
 // request is a Pulsar request in flight.
@@ -131,6 +132,10 @@ type codec struct {
 	// pongs says, for each Ping Read returned not yet answered, whether
 	// it was the client's (nil) or a refusal in its place (the frame).
 	pongs [][]byte
+	// held keeps the role event of a consumer whose subscribe is not
+	// answered yet: a Pulsar client knows the consumer only once it is,
+	// so the event follows the answer.
+	held map[uint64]bool
 }
 
 func newCodec(cfg Config) *codec {
@@ -140,6 +145,7 @@ func newCodec(cfg Config) *codec {
 		producers: map[uint64]endpoint{},
 		consumers: map[uint64]endpoint{},
 		highest:   map[[2]uint64]uint64{},
+		held:      map[uint64]bool{},
 	}
 }
 
@@ -225,6 +231,22 @@ func offsetsOf(ids []*pb.MessageIdData) []uint64 {
 	return out
 }
 
+// Sequence ids. fabriq deduplicates a producer's sends by increasing
+// sequence ids of its messages; a Pulsar producer numbers its sends
+// (batches) in increasing order, but the messages of key-based batches
+// interleave (one batch holds 0, 7, 14, another 1, 8, 15). So message i
+// of a Pulsar send of sequence id S is stored as S*seqScale+i: a send
+// resent after a reconnection is recognised whole, and read back as
+// S+i, which is the message's own id for batches of consecutive ids.
+const (
+	seqScale    = 1 << 20
+	maxSequence = 1 << 43
+)
+
+// pulsarSeq is the Pulsar sequence id a stored one reads as; ids below
+// seqScale (fabriq producers') read as they are.
+func pulsarSeq(s uint64) uint64 { return s/seqScale + s%seqScale }
+
 // maxAckOffsets is what one fabriq Ack carries at most; a Pulsar ACK of
 // more becomes several.
 const maxAckOffsets = 1 << 15
@@ -283,10 +305,14 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		if err != nil {
 			return nil, err
 		}
-		high := m.GetHighestSequenceId()
-		if last := msgs[len(msgs)-1].SequenceID; high < last {
-			high = last
+		seq := m.GetSequenceId()
+		if seq >= maxSequence || len(msgs) >= seqScale {
+			return nil, fmt.Errorf("SEND of sequence id %d with %d messages: above what fabriq maps", seq, len(msgs))
 		}
+		for i := range msgs {
+			msgs[i].SequenceID = seq*seqScale + uint64(i)
+		}
+		high := max(m.GetHighestSequenceId(), seq+uint64(len(msgs))-1)
 		c.mu.Lock()
 		if len(c.highest) < maxPending {
 			c.highest[[2]uint64{m.GetProducerId(), msgs[0].SequenceID}] = high
@@ -403,7 +429,7 @@ func (c *codec) subscribe(m *pb.CommandSubscribe) (transport.Command, error) {
 	c.mu.Lock()
 	c.consumers[m.GetConsumerId()] = e
 	c.mu.Unlock()
-	if err := c.track(m.GetRequestId(), request{}); err != nil {
+	if err := c.track(m.GetRequestId(), request{kind: kindSubscribe, consumer: m.GetConsumerId()}); err != nil {
 		return nil, err
 	}
 	s := &transport.Subscribe{
@@ -534,8 +560,12 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 		}})
 	case *transport.ProducerReady:
 		c.take(m.RequestID)
+		last := m.LastSequenceID
+		if last >= 0 {
+			last = int64(pulsarSeq(uint64(last)))
+		}
 		return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
-			RequestId: proto.Uint64(m.RequestID), ProducerName: proto.String(m.ProducerName), LastSequenceId: proto.Int64(m.LastSequenceID),
+			RequestId: proto.Uint64(m.RequestID), ProducerName: proto.String(m.ProducerName), LastSequenceId: proto.Int64(last),
 			ProducerReady: proto.Bool(true),
 		}})
 	case *transport.SendReceipt:
@@ -548,11 +578,12 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 		delete(c.highest, key)
 		e := c.producers[m.ProducerID]
 		c.mu.Unlock()
+		seq := m.SequenceID / seqScale
 		if !ok {
-			high = m.SequenceID + uint64(len(m.Offsets)) - 1
+			high = seq + uint64(len(m.Offsets)) - 1
 		}
 		return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pb.CommandSendReceipt{
-			ProducerId: proto.Uint64(m.ProducerID), SequenceId: proto.Uint64(m.SequenceID), HighestSequenceId: proto.Uint64(high),
+			ProducerId: proto.Uint64(m.ProducerID), SequenceId: proto.Uint64(seq), HighestSequenceId: proto.Uint64(high),
 			MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(pulsarwire.LedgerID), EntryId: proto.Uint64(m.Offsets[0]), Partition: proto.Int32(e.partition)},
 		}})
 	case *transport.SendError:
@@ -560,11 +591,19 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 		delete(c.highest, [2]uint64{m.ProducerID, m.SequenceID})
 		c.mu.Unlock()
 		return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-			ProducerId: proto.Uint64(m.ProducerID), SequenceId: proto.Uint64(m.SequenceID), Error: serverError(m.Code).Enum(), Message: proto.String(m.Message),
+			ProducerId: proto.Uint64(m.ProducerID), SequenceId: proto.Uint64(m.SequenceID / seqScale), Error: serverError(m.Code).Enum(), Message: proto.String(m.Message),
 		}})
 	case *transport.SubscribeReady:
-		c.take(m.RequestID)
-		return success(dst, m.RequestID)
+		r := c.take(m.RequestID)
+		out, err := success(dst, m.RequestID)
+		c.mu.Lock()
+		active, ok := c.held[r.consumer]
+		delete(c.held, r.consumer)
+		c.mu.Unlock()
+		if err != nil || !ok {
+			return out, err
+		}
+		return activeChange(out, r.consumer, active)
 	case *transport.Success:
 		r := c.take(m.RequestID)
 		if r.kind == kindAck {
@@ -577,8 +616,10 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 	case *transport.Message:
 		return c.deliver(dst, m)
 	case *transport.ActiveConsumerChange:
-		return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pb.CommandActiveConsumerChange{
-			ConsumerId: proto.Uint64(m.ConsumerID), IsActive: proto.Bool(m.Active)}})
+		if c.holdActive(m.ConsumerID, m.Active) {
+			return dst, nil
+		}
+		return activeChange(dst, m.ConsumerID, m.Active)
 	case *transport.CloseProducer:
 		// The node dropped the producer (its partition moved): the client
 		// looks the leader up again.
@@ -596,6 +637,25 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 	return dst, nil
 }
 
+// holdActive keeps a role event for a consumer whose subscribe is not
+// answered yet, and reports whether it did.
+func (c *codec) holdActive(consumer uint64, active bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.requests {
+		if r.kind == kindSubscribe && r.consumer == consumer {
+			c.held[consumer] = active
+			return true
+		}
+	}
+	return false
+}
+
+func activeChange(dst []byte, consumer uint64, active bool) ([]byte, error) {
+	return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pb.CommandActiveConsumerChange{
+		ConsumerId: proto.Uint64(consumer), IsActive: proto.Bool(active)}})
+}
+
 func success(dst []byte, id uint64) ([]byte, error) {
 	return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(id)}})
 }
@@ -607,6 +667,11 @@ func (c *codec) failure(dst []byte, m *transport.Error) ([]byte, error) {
 		msg += " (leader " + m.LeaderHint + ")"
 	}
 	r := c.take(m.RequestID)
+	if r.kind == kindSubscribe {
+		c.mu.Lock()
+		delete(c.held, r.consumer)
+		c.mu.Unlock()
+	}
 	switch r.kind {
 	case kindLookup:
 		return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
@@ -637,7 +702,9 @@ func (c *codec) deliver(dst []byte, m *transport.Message) ([]byte, error) {
 		if d.RedeliveryCount > 0 {
 			b.Message.RedeliveryCount = proto.Uint32(d.RedeliveryCount)
 		}
-		if dst, err = pulsarwire.AppendFrame(dst, b, pulsarwire.Metadata(&d.Data), d.Data.Payload); err != nil {
+		md := pulsarwire.Metadata(&d.Data)
+		md.SequenceId = proto.Uint64(pulsarSeq(d.Data.SequenceID))
+		if dst, err = pulsarwire.AppendFrame(dst, b, md, d.Data.Payload); err != nil {
 			return dst, err
 		}
 	}
