@@ -305,6 +305,11 @@ type Seek struct {
 	Offset      uint64 `msgpack:"o,omitempty"`
 	ByTime      bool   `msgpack:"bt,omitempty"`
 	PublishTime int64  `msgpack:"pt,omitempty"`
+	// Evict drops the consumer once the seek is done and tells the client
+	// (CloseConsumer after the Success), as a Pulsar broker does: the
+	// client subscribes again, and what the consumer held unacknowledged
+	// is delivered again from the new position.
+	Evict bool `msgpack:"ev,omitempty"`
 }
 
 // Unsubscribe deletes the consumer's subscription.

@@ -102,6 +102,19 @@ func (c *Consumer) SeekTime(ctx context.Context, publishTime int64) error {
 	return c.Seek(ctx, offset)
 }
 
+// FlushAcks waits until the acks the consumer sent before the call are
+// committed: a seek after acks must not be undone by them.
+func (c *Consumer) FlushAcks(ctx context.Context) error {
+	done := make(chan error, 1)
+	c.p.ack(&ackReq{sub: c.sub, done: func(err error) { done <- err }})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Seek moves the subscription to offset (at most the partition's end):
 // through Raft for a durable subscription, whose consumers all restart
 // from its cursor (CUR-4); a reader just moves (no lower than the start).

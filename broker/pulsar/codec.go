@@ -355,7 +355,9 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		if err := c.track(m.GetRequestId(), request{}); err != nil {
 			return nil, err
 		}
-		s := &transport.Seek{RequestID: m.GetRequestId(), ConsumerID: m.GetConsumerId()}
+		// A Pulsar broker closes the consumer after a seek, and the client
+		// subscribes again (it clears its queue on the answer).
+		s := &transport.Seek{RequestID: m.GetRequestId(), ConsumerID: m.GetConsumerId(), Evict: true}
 		if m.MessagePublishTime != nil {
 			s.ByTime, s.PublishTime = true, int64(min(m.GetMessagePublishTime(), math.MaxInt64))
 		} else {

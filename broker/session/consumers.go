@@ -262,14 +262,28 @@ func (s *Session) seek(c *transport.Seek) {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 	defer cancel()
-	var err error
-	if c.ByTime {
+	// Acks read before the seek are committed before it, or they would
+	// acknowledge what the seek meant to deliver again.
+	err := sc.FlushAcks(ctx)
+	if err == nil && c.ByTime {
 		err = sc.SeekTime(ctx, c.PublishTime)
-	} else {
+	} else if err == nil {
 		err = sc.Seek(ctx, c.Offset)
 	}
 	if err != nil {
 		s.replyErr(c.RequestID, err)
+		return
+	}
+	if c.Evict {
+		s.mu.Lock()
+		_, held := s.consumers[c.ConsumerID]
+		delete(s.consumers, c.ConsumerID)
+		s.mu.Unlock()
+		if held {
+			sc.Detach()
+		}
+		s.reply(&transport.Success{RequestID: c.RequestID})
+		s.reply(&transport.CloseConsumer{ConsumerID: c.ConsumerID})
 		return
 	}
 	s.reply(&transport.Success{RequestID: c.RequestID})
