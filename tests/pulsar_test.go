@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"log/slog"
 	"strings"
 	"sync"
@@ -85,6 +87,25 @@ func TestPulsarProduceConsume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A connection that sends a broken Pulsar frame is closed, and no
+	// other: the producer's goes on.
+	raw, err := net.DialTimeout("tcp", nodes[0].addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(30 * time.Second))
+	// A total size of 12, a command size of 8 that is not protobuf.
+	if _, err := raw.Write([]byte{0, 0, 0, 12, 0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, raw); err != nil {
+		t.Fatalf("the broken connection was not closed: %v", err)
+	}
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatalf("the producer after another connection broke: %v", err)
+	}
+
 	fc := newClient(t, clusterURL(nodes))
 	fcons, err := fc.Subscribe(ctx, client.ConsumerOptions{Stream: "orders", Subscription: "fabriq", SubscriptionInitialPosition: client.Earliest})
 	if err != nil {
@@ -586,5 +607,169 @@ func TestPulsarNackSeekReader(t *testing.T) {
 	}
 	if from.HasNext() {
 		t.Fatal("the reader has a next message past the last")
+	}
+}
+
+// The partition's leader SIGKILLed under a Pulsar producer and two Pulsar
+// key_shared consumers: every message acknowledged to the producer is
+// delivered, each key's messages in order, each key on the same consumer
+// before and after.
+func TestPulsarLeaderKilled(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	fc := newClient(t, clusterURL(nodes))
+	const topic = "persistent://public/default/ks-kill"
+	if err := createStream(ctx, fc, topic, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	pc := newPulsarClient(t, nodes)
+	var cs []pulsar.Consumer
+	for i := range 2 {
+		c, err := pc.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", Type: pulsar.KeyShared, Name: fmt.Sprint("c", i),
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest, AckWithResponse: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	// The consumers read all along: owner and order per key.
+	var mu sync.Mutex
+	owner := map[string]int{}
+	last := map[string]int{}
+	got := map[string]bool{}
+	var failure error
+	recvCtx, stopRecv := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for ci, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := c.Receive(recvCtx)
+				if err != nil {
+					return
+				}
+				var k, n int
+				fmt.Sscanf(string(m.Payload()), "k%d-%d", &k, &n)
+				key := m.Key()
+				mu.Lock()
+				if o, ok := owner[key]; ok && o != ci && failure == nil {
+					failure = fmt.Errorf("key %s on consumer %d, then on %d", key, o, ci)
+				}
+				owner[key] = ci
+				if !got[string(m.Payload())] {
+					if l, ok := last[key]; ok && n <= l && failure == nil {
+						failure = fmt.Errorf("key %s: message %d after %d", key, n, l)
+					}
+					last[key] = n
+					got[string(m.Payload())] = true
+				}
+				mu.Unlock()
+				c.Ack(m)
+			}
+		}()
+	}
+
+	leader := byID(nodes, leaderOf(ctx, t, fc, topic))
+	acked := map[string]bool{}
+	const keys, total = 8, 400
+	for i := range total {
+		if i == total/2 {
+			leader.kill()
+		}
+		payload := fmt.Sprintf("k%d-%d", i%keys, i)
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Key: fmt.Sprint("k", i%keys), Payload: []byte(payload)}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		acked[payload] = true
+	}
+	eventually(ctx, t, "every acknowledged message delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for p := range acked {
+			if !got[p] {
+				return false
+			}
+		}
+		return true
+	})
+	stopRecv()
+	wg.Wait()
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	if len(owner) != keys {
+		t.Fatalf("%d keys seen, want %d", len(owner), keys)
+	}
+}
+
+// Pulsar's token authentication over TLS: a Pulsar client presents
+// fabriq's JWT as its token; a token of another tenant, or none, is
+// refused.
+func TestPulsarTokenAndTLS(t *testing.T) {
+	s := secure(t)
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 2*time.Minute)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.addr
+	}
+	connect := func(token string) pulsar.Client {
+		opts := pulsar.ClientOptions{URL: "pulsar+ssl://" + strings.Join(addrs, ","), TLSTrustCertsFilePath: s.caFile,
+			OperationTimeout: 10 * time.Second, ConnectionTimeout: 5 * time.Second,
+			Logger: plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError})))}
+		if token != "" {
+			opts.Authentication = pulsar.NewAuthenticationToken(token)
+		}
+		c, err := pulsar.NewClient(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	fc := newClient(t, clusterURL(nodes))
+	if err := fc.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.CreateFabric(ctx, "acme/prod", client.FabricOptions{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "persistent://acme/prod/orders"
+	acme := connect(cliToken(t, "--secret-file", s.secretFile, "--subject", "acme", "--tenant", "acme", "--actions", "produce,consume", "--expires", "1h"))
+	p, err := acme.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatalf("acme's token produces to acme: %v", err)
+	}
+	defer p.Close()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := acme.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	if m, err := cons.Receive(ctx); err != nil || string(m.Payload()) != "hello" {
+		t.Fatalf("receive: %v %v", m, err)
+	}
+
+	other := connect(cliToken(t, "--secret-file", s.secretFile, "--subject", "other", "--tenant", "other", "--actions", "produce,consume", "--expires", "1h"))
+	if _, err := other.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil || !strings.Contains(err.Error(), "Authoriz") {
+		t.Fatalf("another tenant's token produces to acme: %v", err)
+	}
+	if _, err := other.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "x"}); err == nil || !strings.Contains(err.Error(), "Authoriz") {
+		t.Fatalf("another tenant's token consumes from acme: %v", err)
+	}
+	none := connect("")
+	if _, err := none.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil {
+		t.Fatal("a client without a token produces")
 	}
 }
