@@ -91,7 +91,7 @@ func readBody(r io.Reader, n int) ([]byte, error) {
 		if len(buf) == cap(buf) {
 			buf = append(buf, make([]byte, min(n, 2*cap(buf))-len(buf))...)[:len(buf)]
 		}
-		m, err := io.ReadFull(r, buf[len(buf):cap(buf)])
+		m, err := io.ReadFull(r, buf[len(buf):min(cap(buf), n)])
 		buf = buf[:len(buf)+m]
 		if err != nil {
 			return nil, err

@@ -53,6 +53,26 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 }
 
+// A frame larger than the first chunk the reader allocates is read whole,
+// and not a byte of the next.
+func TestLargeFrames(t *testing.T) {
+	md := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(1)}
+	var b []byte
+	for _, size := range []int{firstChunk - 100, firstChunk + 1, 300_001, 1 << 20} {
+		var err error
+		if b, err = AppendFrame(b, sendCommand(), md, bytes.Repeat([]byte{byte(size)}, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := bytes.NewReader(b)
+	for _, size := range []int{firstChunk - 100, firstChunk + 1, 300_001, 1 << 20} {
+		f, _, err := ReadFrame(r, 2<<20)
+		if err != nil || len(f.Payload) != size || f.Payload[size-1] != byte(size) {
+			t.Fatalf("a frame of %d payload bytes: %v", size, err)
+		}
+	}
+}
+
 // A flipped bit of a message frame is a checksum error; sizes beyond the
 // frame or the limit are refused before they are allocated.
 func TestFrameRefusals(t *testing.T) {
