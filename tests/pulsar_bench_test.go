@@ -1,0 +1,116 @@
+package tests
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/fabriq-io/fabriq/client"
+)
+
+// BenchmarkPulsarProduce measures, on one real fabriqd with a
+// single-replica partition, pulsar-client-go next to fabriq's own client:
+// async sends of 1 KiB with up to 1,000 in flight (batched, as each
+// client does by default) and synchronous sends one at a time.
+//
+//	go test -run '^$' -bench PulsarProduce -benchtime 100000x ./tests    (async)
+func BenchmarkPulsarProduce(b *testing.B) {
+	n := startNode(b, "n1", b.TempDir())
+	fc, err := client.New(client.Options{URL: n.url(), OperationTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fc.Close()
+	pc, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + n.addr, OperationTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	ctx := b.Context()
+	payload := make([]byte, 1024)
+	type sender struct {
+		async func(done func(error))
+		sync  func() error
+		close func()
+	}
+	senders := map[string]func(stream string) sender{
+		"fabriq": func(stream string) sender {
+			p, err := fc.CreateProducer(ctx, client.ProducerOptions{Stream: stream, MaxPendingMessages: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return sender{
+				async: func(done func(error)) {
+					p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { done(err) })
+				},
+				sync:  func() error { _, err := p.Send(ctx, &client.ProducerMessage{Payload: payload}); return err },
+				close: func() { p.Close() },
+			}
+		},
+		"pulsar": func(stream string) sender {
+			p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: stream, MaxPendingMessages: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return sender{
+				async: func(done func(error)) {
+					p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done(err) })
+				},
+				sync:  func() error { _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: payload}); return err },
+				close: p.Close,
+			}
+		},
+	}
+	for _, who := range []string{"fabriq", "pulsar"} {
+		for _, mode := range []string{"async", "sync"} {
+			stream := fmt.Sprintf("persistent://public/default/bench-%s-%s", who, mode)
+			if err := createStream(ctx, fc, stream, 1, 1); err != nil {
+				b.Fatal(err)
+			}
+			s := senders[who](stream)
+			b.Run(who+"/"+mode, func(b *testing.B) {
+				b.SetBytes(int64(len(payload)))
+				if mode == "async" {
+					var wg sync.WaitGroup
+					var mu sync.Mutex
+					var firstErr error
+					wg.Add(b.N)
+					b.ResetTimer()
+					for range b.N {
+						s.async(func(err error) {
+							if err != nil {
+								mu.Lock()
+								firstErr = err
+								mu.Unlock()
+							}
+							wg.Done()
+						})
+					}
+					wg.Wait()
+					if firstErr != nil {
+						b.Fatal(firstErr)
+					}
+					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+					return
+				}
+				lat := make([]time.Duration, 0, b.N)
+				b.ResetTimer()
+				for range b.N {
+					start := time.Now()
+					if err := s.sync(); err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(start))
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			})
+			s.close()
+		}
+	}
+}
