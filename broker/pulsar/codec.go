@@ -301,6 +301,11 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		if f.Metadata == nil {
 			return nil, fmt.Errorf("SEND without a message")
 		}
+		if m.GetIsChunk() || f.Metadata.GetNumChunksFromMsg() > 1 {
+			return c.refuseFrame(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+				ProducerId: proto.Uint64(m.GetProducerId()), SequenceId: proto.Uint64(m.GetSequenceId()), Error: pb.ServerError_NotAllowedError.Enum(),
+				Message: proto.String("fabriq does not take chunked messages: send messages of at most the maximum size")}})
+		}
 		msgs, err := pulsarwire.Messages(f.Metadata, f.Payload, c.cfg.MaxMessageBytes)
 		if err != nil {
 			return nil, err
@@ -402,10 +407,16 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 // session's answers: Read returns a Ping, and the Pong the session
 // answers it with goes out as the refusal.
 func (c *codec) refuse(id uint64, code pb.ServerError, msg string) (transport.Command, error) {
-	frame, err := pulsarwire.AppendFrame(nil, &pb.BaseCommand{
+	return c.refuseFrame(&pb.BaseCommand{
 		Type:  pb.BaseCommand_ERROR.Enum(),
 		Error: &pb.CommandError{RequestId: proto.Uint64(id), Error: code.Enum(), Message: proto.String(msg)},
-	}, nil, nil)
+	})
+}
+
+// refuseFrame sends b in the place of the Pong that answers the Ping it
+// returns.
+func (c *codec) refuseFrame(b *pb.BaseCommand) (transport.Command, error) {
+	frame, err := pulsarwire.AppendFrame(nil, b, nil, nil)
 	if err != nil {
 		return nil, err
 	}
