@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,8 +14,12 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/pulsarwire"
+	"github.com/fabriq-io/fabriq/pulsarwire/pb"
 )
 
 // pulsarURL is a Pulsar service URL of the cluster's nodes.
@@ -771,5 +776,84 @@ func TestPulsarTokenAndTLS(t *testing.T) {
 	none := connect("")
 	if _, err := none.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil {
 		t.Fatal("a client without a token produces")
+	}
+}
+
+// A cumulative ack on a shared subscription is refused, as fabriq's own
+// clients are told (pulsar-client-go refuses it before sending; a client
+// of another language may not).
+func TestPulsarCumulativeAckRefusedInShared(t *testing.T) {
+	n := startNode(t, "n1", t.TempDir())
+	nc, err := net.DialTimeout("tcp", n.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	send := func(b *pb.BaseCommand) {
+		t.Helper()
+		frame, err := pulsarwire.AppendFrame(nil, b, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// next returns the next frame other than a PING (which it answers).
+	next := func() *pb.BaseCommand {
+		t.Helper()
+		for {
+			f, _, err := pulsarwire.ReadFrame(nc, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Command.GetType() != pb.BaseCommand_PING {
+				return f.Command
+			}
+			send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+		}
+	}
+	send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: &pb.CommandConnect{ClientVersion: proto.String("raw"), ProtocolVersion: proto.Int32(20)}})
+	if c := next(); c.GetType() != pb.BaseCommand_CONNECTED {
+		t.Fatalf("got %v, want CONNECTED", c)
+	}
+	// As clients do: the lookup waits for the node to be ready.
+	send(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA.Enum(), PartitionMetadata: &pb.CommandPartitionedTopicMetadata{
+		Topic: proto.String("raw-shared"), RequestId: proto.Uint64(10)}})
+	if c := next(); c.GetPartitionMetadataResponse().GetResponse() != pb.CommandPartitionedTopicMetadataResponse_Success {
+		t.Fatalf("partitioned metadata: %v", c)
+	}
+	send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pb.CommandLookupTopic{Topic: proto.String("raw-shared"), RequestId: proto.Uint64(11)}})
+	if c := next(); c.GetLookupTopicResponse().GetResponse() != pb.CommandLookupTopicResponse_Connect {
+		t.Fatalf("lookup: %v", c)
+	}
+	send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{Topic: proto.String("raw-shared"),
+		Subscription: proto.String("s"), SubType: pb.CommandSubscribe_Shared.Enum(), ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1)}})
+	if c := next(); c.GetType() != pb.BaseCommand_SUCCESS || c.GetSuccess().GetRequestId() != 1 {
+		t.Fatalf("subscribe: %v", c)
+	}
+	send(&pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{ConsumerId: proto.Uint64(1), AckType: pb.CommandAck_Cumulative.Enum(),
+		MessageId: []*pb.MessageIdData{{LedgerId: proto.Uint64(1), EntryId: proto.Uint64(0)}}, RequestId: proto.Uint64(2)}})
+	c := next()
+	if r := c.GetAckResponse(); c.GetType() != pb.BaseCommand_ACK_RESPONSE || r.GetRequestId() != 2 || r.GetError() != pb.ServerError_NotAllowedError {
+		t.Fatalf("a cumulative ack on a shared subscription: %v", c)
+	}
+	// A request fabriq does not serve, GET_SCHEMA (34, request id 3), is
+	// refused with an ERROR naming it, and the connection goes on.
+	raw := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 34)
+	raw = protowire.AppendTag(raw, 34, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3))
+	frame := binary.BigEndian.AppendUint32(nil, uint32(len(raw)+4))
+	frame = binary.BigEndian.AppendUint32(frame, uint32(len(raw)))
+	if _, err := nc.Write(append(frame, raw...)); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(); c.GetType() != pb.BaseCommand_ERROR || c.GetError().GetRequestId() != 3 {
+		t.Fatalf("GET_SCHEMA: %v", c)
+	}
+	send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	if c := next(); c.GetType() != pb.BaseCommand_PONG {
+		t.Fatalf("PING after the refusal: %v", c)
 	}
 }
