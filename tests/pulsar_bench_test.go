@@ -12,20 +12,32 @@ import (
 	"github.com/fabriq-io/fabriq/client"
 )
 
-// BenchmarkPulsarProduce measures, on one real fabriqd with a
-// single-replica partition, pulsar-client-go next to fabriq's own client:
-// async sends of 1 KiB with up to 1,000 in flight (batched, as each
-// client does by default) and synchronous sends one at a time.
+// BenchmarkPulsarProduce measures pulsar-client-go next to fabriq's own
+// client, on one real fabriqd with single-replica partitions (one-node)
+// and on 3 nodes with 3 replicas (three-nodes): async sends of 1 KiB with
+// up to 1,000 in flight (batched, as each client does by default) and
+// synchronous sends one at a time.
 //
-//	go test -run '^$' -bench PulsarProduce -benchtime 100000x ./tests    (async)
+//	go test -run '^$' -bench 'PulsarProduce/.*/async' -benchtime 100000x ./tests
+//	go test -run '^$' -bench 'PulsarProduce/.*/sync' -benchtime 3000x ./tests
 func BenchmarkPulsarProduce(b *testing.B) {
-	n := startNode(b, "n1", b.TempDir())
-	fc, err := client.New(client.Options{URL: n.url(), OperationTimeout: 30 * time.Second})
+	b.Run("one-node", func(b *testing.B) {
+		n := startNode(b, "n1", b.TempDir())
+		benchPulsarProduce(b, n.url(), "pulsar://"+n.addr, 1)
+	})
+	b.Run("three-nodes", func(b *testing.B) {
+		nodes := startCluster(b, 3)
+		benchPulsarProduce(b, clusterURL(nodes), pulsarURL(nodes), 3)
+	})
+}
+
+func benchPulsarProduce(b *testing.B, fabriqURL, pulsarURL string, replicas int) {
+	fc, err := client.New(client.Options{URL: fabriqURL, OperationTimeout: 30 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer fc.Close()
-	pc, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + n.addr, OperationTimeout: 30 * time.Second})
+	pc, err := pulsar.NewClient(pulsar.ClientOptions{URL: pulsarURL, OperationTimeout: 30 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,7 +80,7 @@ func BenchmarkPulsarProduce(b *testing.B) {
 	for _, who := range []string{"fabriq", "pulsar"} {
 		for _, mode := range []string{"async", "sync"} {
 			stream := fmt.Sprintf("persistent://public/default/bench-%s-%s", who, mode)
-			if err := createStream(ctx, fc, stream, 1, 1); err != nil {
+			if err := createStream(ctx, fc, stream, 1, replicas); err != nil {
 				b.Fatal(err)
 			}
 			s := senders[who](stream)

@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -61,20 +62,27 @@ type sniff struct {
 
 func (s *sniff) Read(r *bufio.Reader, maxSize int) (transport.Command, int, error) {
 	if s.mode.Load() == undecided {
-		b, err := r.Peek(5)
-		if err != nil && len(b) < 5 {
-			// Too short to tell: fabriq's reader says why.
-			s.mode.Store(fabriqMode)
-		} else if pulsarwire.IsPulsar(b) {
-			s.mode.Store(pulsarMode)
-		} else {
-			s.mode.Store(fabriqMode)
-		}
+		s.mode.Store(decide(r, maxSize))
 	}
 	if s.mode.Load() == pulsarMode {
 		return s.codec.Read(r, maxSize)
 	}
 	return transport.FrameCodec{}.Read(r, maxSize)
+}
+
+// decide reads which protocol a connection speaks from its first bytes.
+// A length above the limit is fabriq's to refuse, at once: a client that
+// sent only that waits for the answer, and there may be no fifth byte to
+// peek at (a Pulsar client's first frame, CONNECT, is small).
+func decide(r *bufio.Reader, maxSize int) int32 {
+	b, err := r.Peek(4)
+	if err != nil || int64(binary.BigEndian.Uint32(b)) > int64(maxSize) {
+		return fabriqMode // fabriq's reader says why
+	}
+	if b, err = r.Peek(5); err != nil || !pulsarwire.IsPulsar(b) {
+		return fabriqMode
+	}
+	return pulsarMode
 }
 
 func (s *sniff) Append(dst []byte, cmd transport.Command, maxSize int) ([]byte, error) {
