@@ -71,13 +71,17 @@ func (s *sniff) Read(r *bufio.Reader, maxSize int) (transport.Command, int, erro
 }
 
 // decide reads which protocol a connection speaks from its first bytes.
-// A length above the limit is fabriq's to refuse, at once: a client that
-// sent only that waits for the answer, and there may be no fifth byte to
-// peek at (a Pulsar client's first frame, CONNECT, is small).
+// A length no Pulsar frame has (below 5: a command size and a command;
+// above the limit: a Pulsar client's first frame, CONNECT, is small) is
+// fabriq's to refuse, at once: a client that sent only the length waits
+// for the answer, and there is no fifth byte to peek at.
 func decide(r *bufio.Reader, maxSize int) int32 {
 	b, err := r.Peek(4)
-	if err != nil || int64(binary.BigEndian.Uint32(b)) > int64(maxSize) {
+	if err != nil {
 		return fabriqMode // fabriq's reader says why
+	}
+	if n := int64(binary.BigEndian.Uint32(b)); n < 5 || n > int64(maxSize) {
+		return fabriqMode
 	}
 	if b, err = r.Peek(5); err != nil || !pulsarwire.IsPulsar(b) {
 		return fabriqMode

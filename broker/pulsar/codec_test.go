@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -70,6 +71,39 @@ func TestSniff(t *testing.T) {
 	if out, _ := s.Append(nil, &transport.Pong{}, 1<<20); !bytes.Equal(out, mustFrame(t, &transport.Pong{})) {
 		t.Fatalf("a fabriq Pong written as %x", out)
 	}
+}
+
+// Lengths that no Pulsar frame has are fabriq's to refuse at once: the
+// client that sent them may send nothing more, and the sniff must not
+// wait for a fifth byte.
+func TestSniffShortInput(t *testing.T) {
+	for _, b := range [][]byte{{0, 0, 0, 0}, {0xff, 0xff, 0xff, 0xff}} {
+		s := Sniff(Config{})
+		_, _, err := s.Read(bufio.NewReader(&onlyOnce{t: t, b: b}), 1<<20)
+		if err == nil {
+			t.Fatalf("% x read as a command", b)
+		}
+		if out, _ := s.Append(nil, &transport.Pong{}, 1<<20); !bytes.Equal(out, mustFrame(t, &transport.Pong{})) {
+			t.Fatalf("after % x the codec speaks Pulsar", b)
+		}
+	}
+}
+
+// onlyOnce gives its bytes to the first read, and fails the test on a
+// second: a client that sent them and waits would never answer it.
+type onlyOnce struct {
+	t    *testing.T
+	b    []byte
+	done bool
+}
+
+func (o *onlyOnce) Read(p []byte) (int, error) {
+	if o.done {
+		o.t.Errorf("read again after % x: the sniff waits for bytes the client never sends", o.b)
+		return 0, io.EOF
+	}
+	o.done = true
+	return copy(p, o.b), nil
 }
 
 func mustFrame(t *testing.T, cmd transport.Command) []byte {
