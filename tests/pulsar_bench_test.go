@@ -18,8 +18,8 @@ import (
 // up to 1,000 in flight (batched, as each client does by default) and
 // synchronous sends one at a time.
 //
-//	go test -run '^$' -bench 'PulsarProduce/.*/async' -benchtime 100000x ./tests
-//	go test -run '^$' -bench 'PulsarProduce/.*/sync' -benchtime 3000x ./tests
+//	go test -run '^$' -bench 'PulsarProduce/.*/.*/async' -benchtime 100000x ./tests
+//	go test -run '^$' -bench 'PulsarProduce/.*/.*/^sync' -benchtime 3000x ./tests
 func BenchmarkPulsarProduce(b *testing.B) {
 	b.Run("one-node", func(b *testing.B) {
 		n := startNode(b, "n1", b.TempDir())
