@@ -36,43 +36,57 @@ func BenchmarkProduce(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(payload)))
 			if name == "async" {
-				var wg sync.WaitGroup
-				var mu sync.Mutex
-				var firstErr error
-				wg.Add(b.N)
-				b.ResetTimer()
-				for range b.N {
-					p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) {
-						if err != nil {
-							mu.Lock()
-							firstErr = err
-							mu.Unlock()
-						}
-						wg.Done()
-					})
-				}
-				wg.Wait()
-				if firstErr != nil {
-					b.Fatal(firstErr)
-				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+				benchAsync(b, func(done func(error)) {
+					p.SendAsync(ctx, &client.ProducerMessage{Payload: payload}, func(_ client.MessageID, _ *client.ProducerMessage, err error) { done(err) })
+				})
 				return
 			}
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				if _, err := p.Send(ctx, &client.ProducerMessage{Payload: payload}); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			benchSync(b, func() error { _, err := p.Send(ctx, &client.ProducerMessage{Payload: payload}); return err })
 		})
 		p.Close()
 	}
+}
+
+// benchAsync makes b.N sends through send, each reporting its end to
+// done, and reports messages a second.
+func benchAsync(b *testing.B, send func(done func(error))) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	wg.Add(b.N)
+	b.ResetTimer()
+	for range b.N {
+		send(func(err error) {
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// benchSync makes b.N sends one at a time and reports their latency's
+// median and 99th percentile.
+func benchSync(b *testing.B, send func() error) {
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if err := send(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
 
 // BenchmarkFailover kills the leader of a 3-replica partition ten times

@@ -2,8 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,40 +85,10 @@ func benchPulsarProduce(b *testing.B, fabriqURL, pulsarURL string, replicas int)
 			b.Run(who+"/"+mode, func(b *testing.B) {
 				b.SetBytes(int64(len(payload)))
 				if mode == "async" {
-					var wg sync.WaitGroup
-					var mu sync.Mutex
-					var firstErr error
-					wg.Add(b.N)
-					b.ResetTimer()
-					for range b.N {
-						s.async(func(err error) {
-							if err != nil {
-								mu.Lock()
-								firstErr = err
-								mu.Unlock()
-							}
-							wg.Done()
-						})
-					}
-					wg.Wait()
-					if firstErr != nil {
-						b.Fatal(firstErr)
-					}
-					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+					benchAsync(b, s.async)
 					return
 				}
-				lat := make([]time.Duration, 0, b.N)
-				b.ResetTimer()
-				for range b.N {
-					start := time.Now()
-					if err := s.sync(); err != nil {
-						b.Fatal(err)
-					}
-					lat = append(lat, time.Since(start))
-				}
-				slices.Sort(lat)
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+				benchSync(b, s.sync)
 			})
 			s.close()
 		}
