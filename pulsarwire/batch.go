@@ -38,7 +38,9 @@ func Messages(md *pb.MessageMetadata, payload []byte, maxBytes int) ([]transport
 		}}, nil
 	}
 	n := md.GetNumMessagesInBatch()
-	if n <= 0 || n > maxBatchMessages || int64(n)*4 > int64(len(body)) {
+	// Each message takes at least 6 bytes: its metadata's size and a
+	// payload_size field.
+	if n <= 0 || n > maxBatchMessages || int64(n)*6 > int64(len(body)) {
 		return nil, fmt.Errorf("%w: a batch of %d messages in %d bytes", ErrMalformed, n, len(body))
 	}
 	out := make([]transport.MessageData, 0, n)
@@ -124,6 +126,11 @@ func Decompress(c pb.CompressionType, payload []byte, size, maxBytes int) ([]byt
 	var err error
 	switch c {
 	case pb.CompressionType_LZ4:
+		// LZ4 expands at most about 255 times: a larger claim is a lie,
+		// refused before its buffer is made.
+		if int64(size) > 255*int64(len(payload))+16 {
+			return nil, fmt.Errorf("%w: LZ4 payload of %d bytes cannot hold %d", ErrMalformed, len(payload), size)
+		}
 		out = make([]byte, size)
 		var n int
 		n, err = lz4.UncompressBlock(payload, out)
@@ -158,7 +165,10 @@ func Decompress(c pb.CompressionType, payload []byte, size, maxBytes int) ([]byt
 
 var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 	// DecodeAll is safe for concurrent use; the window bounds memory.
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxWindow(8<<20), zstd.WithDecoderMaxMemory(64<<20))
+	// DecodeAll stops at the capacity it is given (the size the metadata
+	// claims), never past it.
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxWindow(8<<20), zstd.WithDecoderMaxMemory(64<<20),
+		zstd.WithDecodeAllCapLimit(true))
 	if err != nil {
 		panic(err) // options are constants
 	}

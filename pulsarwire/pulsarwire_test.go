@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"testing"
 
 	"github.com/klauspost/compress/snappy"
@@ -207,4 +208,24 @@ func FuzzReadFrame(f *testing.F) {
 		}
 		_, _ = Messages(fr.Metadata, fr.Payload, 1<<16)
 	})
+}
+
+// Payloads whose metadata lies about their uncompressed size are refused
+// without building what they claim or what they hold.
+func TestDecompressionBombs(t *testing.T) {
+	zeros := make([]byte, 10<<20)
+	bomb := compress(t, pb.CompressionType_ZSTD, zeros)
+	if _, err := Decompress(pb.CompressionType_ZSTD, bomb, 100, 1<<20); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("zstd of 10 MiB claiming 100 bytes: %v", err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	Decompress(pb.CompressionType_ZSTD, bomb, 100, 1<<20)
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Fatalf("refusing a zstd bomb allocated %d bytes", grew)
+	}
+	if _, err := Decompress(pb.CompressionType_LZ4, []byte("tiny"), 1<<20, 2<<20); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("4 bytes of LZ4 claiming 1 MiB: %v", err)
+	}
 }

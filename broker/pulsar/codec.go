@@ -107,12 +107,18 @@ const (
 	kindTopics
 	kindLastID
 	kindSubscribe
+	kindProducer
+	kindUnsubscribe
 )
 
 // request is a Pulsar request in flight.
 type request struct {
 	kind     kind
-	consumer uint64 // kindAck, kindLastID
+	consumer uint64 // kindAck, kindLastID, kindSubscribe, kindUnsubscribe
+	producer uint64 // kindProducer
+	// endpoint is a producer's or consumer's partition, kept once the
+	// session accepts it (ProducerReady, SubscribeReady).
+	endpoint endpoint
 	pattern  *regexp.Regexp
 	mode     pb.CommandGetTopicsOfNamespace_Mode
 	sub      string // kindLastID: the consumer's subscription
@@ -176,6 +182,15 @@ func (c *codec) Read(r *bufio.Reader, maxSize int) (transport.Command, int, erro
 	if err != nil {
 		return nil, n, fmt.Errorf("%w: %v", transport.ErrMalformed, err)
 	}
+	if s, ok := cmd.(*transport.Send); ok {
+		// A batch decompresses to more than it took on the wire: the
+		// session bounds what it queues by what this returns.
+		held := 0
+		for _, m := range s.Messages {
+			held += len(m.Payload) + len(m.Key) + len(m.OrderingKey) + 128
+		}
+		n = max(n, held)
+	}
 	return cmd, n, nil
 }
 
@@ -225,6 +240,11 @@ func endpointOf(name string) endpoint {
 	}
 	return e
 }
+
+// earliest and latest are Pulsar's ids of a topic's start, (-1, -1), and
+// end, (2^63-1, 2^63-1).
+func earliest(id *pb.MessageIdData) bool { return id.GetLedgerId() == math.MaxUint64 }
+func latest(id *pb.MessageIdData) bool   { return id.GetLedgerId() == math.MaxInt64 }
 
 // offsetOf is the offset a message id names.
 func offsetOf(id *pb.MessageIdData) uint64 {
@@ -301,10 +321,7 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		return &transport.PartitionedMetadata{RequestID: m.GetRequestId(), Stream: m.GetTopic(), Wait: true}, nil
 	case pb.BaseCommand_PRODUCER:
 		m := b.GetProducer()
-		c.mu.Lock()
-		c.producers[m.GetProducerId()] = endpointOf(m.GetTopic())
-		c.mu.Unlock()
-		if err := c.track(m.GetRequestId(), request{}); err != nil {
+		if err := c.track(m.GetRequestId(), request{kind: kindProducer, producer: m.GetProducerId(), endpoint: endpointOf(m.GetTopic())}); err != nil {
 			return nil, err
 		}
 		return &transport.CreateProducer{RequestID: m.GetRequestId(), ProducerID: m.GetProducerId(), Stream: m.GetTopic(), ProducerName: m.GetProducerName()}, nil
@@ -314,17 +331,19 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 			return nil, fmt.Errorf("SEND without a message")
 		}
 		if m.GetIsChunk() || f.Metadata.GetNumChunksFromMsg() > 1 {
-			return c.refuseFrame(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-				ProducerId: proto.Uint64(m.GetProducerId()), SequenceId: proto.Uint64(m.GetSequenceId()), Error: pb.ServerError_NotAllowedError.Enum(),
-				Message: proto.String("fabriq does not take chunked messages: send messages of at most the maximum size")}})
+			return c.refuseSend(m, pb.ServerError_NotAllowedError, "fabriq does not take chunked messages: send messages of at most the maximum size")
 		}
-		msgs, err := pulsarwire.Messages(f.Metadata, f.Payload, c.cfg.MaxMessageBytes)
+		// A batch may go a little over the message limit (a client admits
+		// its first message whole, and batch framing comes on top): the
+		// frame's slack, as for fabriq's own sends.
+		msgs, err := pulsarwire.Messages(f.Metadata, f.Payload, c.cfg.MaxMessageBytes+64<<10)
 		if err != nil {
-			return nil, err
+			return c.refuseSend(m, pb.ServerError_NotAllowedError, err.Error())
 		}
 		seq := m.GetSequenceId()
 		if seq >= maxSequence || len(msgs) >= seqScale {
-			return nil, fmt.Errorf("SEND of sequence id %d with %d messages: above what fabriq maps", seq, len(msgs))
+			return c.refuseSend(m, pb.ServerError_NotAllowedError,
+				fmt.Sprintf("sequence id %d with %d messages: fabriq takes sequence ids below 2^43 and batches below 2^20 messages", seq, len(msgs)))
 		}
 		for i := range msgs {
 			msgs[i].SequenceID = seq*seqScale + uint64(i)
@@ -341,6 +360,9 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		if err := c.track(m.GetRequestId(), request{}); err != nil {
 			return nil, err
 		}
+		c.mu.Lock()
+		delete(c.producers, m.GetProducerId())
+		c.mu.Unlock()
 		return &transport.CloseProducer{RequestID: m.GetRequestId(), ProducerID: m.GetProducerId()}, nil
 	case pb.BaseCommand_SUBSCRIBE:
 		return c.subscribe(b.GetSubscribe())
@@ -354,7 +376,7 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		return &transport.RedeliverUnacked{ConsumerID: m.GetConsumerId(), Offsets: offsetsOf(m.GetMessageIds())}, nil
 	case pb.BaseCommand_UNSUBSCRIBE:
 		m := b.GetUnsubscribe()
-		if err := c.track(m.GetRequestId(), request{}); err != nil {
+		if err := c.track(m.GetRequestId(), request{kind: kindUnsubscribe, consumer: m.GetConsumerId()}); err != nil {
 			return nil, err
 		}
 		return &transport.Unsubscribe{RequestID: m.GetRequestId(), ConsumerID: m.GetConsumerId(), Force: m.GetForce()}, nil
@@ -375,19 +397,27 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 		// A Pulsar broker closes the consumer after a seek, and the client
 		// subscribes again (it clears its queue on the answer).
 		s := &transport.Seek{RequestID: m.GetRequestId(), ConsumerID: m.GetConsumerId(), Evict: true}
-		if m.MessagePublishTime != nil {
+		switch id := m.GetMessageId(); {
+		case m.MessagePublishTime != nil:
 			s.ByTime, s.PublishTime = true, int64(min(m.GetMessagePublishTime(), math.MaxInt64))
-		} else {
-			s.Offset = offsetOf(m.GetMessageId())
+		case earliest(id):
+			s.Offset = 0 // held up to the partition's start
+		case latest(id):
+			s.Offset = math.MaxUint64 // held down to its end
+		default:
+			s.Offset = offsetOf(id)
 		}
 		return s, nil
 	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
 		m := b.GetGetTopicsOfNamespace()
 		r := request{kind: kindTopics, mode: m.GetMode()}
 		if p := m.GetTopicsPattern(); p != "" {
+			if len(p) > maxPattern {
+				return c.refuse(m.GetRequestId(), pb.ServerError_InvalidTopicName, fmt.Sprintf("a topics pattern of %d bytes: at most %d", len(p), maxPattern))
+			}
 			re, err := regexp.Compile("^(?:" + p + ")$")
 			if err != nil {
-				return c.refuse(m.GetRequestId(), pb.ServerError_InvalidTopicName, fmt.Sprintf("topics pattern %q: %v", p, err))
+				return c.refuse(m.GetRequestId(), pb.ServerError_InvalidTopicName, fmt.Sprintf("topics pattern: %v", err))
 			}
 			r.pattern = re
 		}
@@ -421,8 +451,29 @@ func (c *codec) inbound(f *pulsarwire.Frame) (transport.Command, error) {
 func (c *codec) refuse(id uint64, code pb.ServerError, msg string) (transport.Command, error) {
 	return c.refuseFrame(&pb.BaseCommand{
 		Type:  pb.BaseCommand_ERROR.Enum(),
-		Error: &pb.CommandError{RequestId: proto.Uint64(id), Error: code.Enum(), Message: proto.String(msg)},
+		Error: &pb.CommandError{RequestId: proto.Uint64(id), Error: code.Enum(), Message: proto.String(cut(msg))},
 	})
+}
+
+// refuseSend answers a SEND the codec refuses itself with SEND_ERROR.
+func (c *codec) refuseSend(m *pb.CommandSend, code pb.ServerError, msg string) (transport.Command, error) {
+	return c.refuseFrame(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+		ProducerId: proto.Uint64(m.GetProducerId()), SequenceId: proto.Uint64(m.GetSequenceId()), Error: code.Enum(), Message: proto.String(cut(msg))}})
+}
+
+// maxRefusal bounds the text of a refusal the codec writes itself; such
+// refusals are queued outside the session's byte bounds.
+const maxRefusal = 256
+
+// maxPattern bounds a GET_TOPICS_OF_NAMESPACE pattern, compiled on the
+// connection's reader (pulsar-client-go filters by itself and sends none).
+const maxPattern = 1 << 10
+
+func cut(msg string) string {
+	if len(msg) > maxRefusal {
+		return msg[:maxRefusal]
+	}
+	return msg
 }
 
 // refuseFrame sends b in the place of the Pong that answers the Ping it
@@ -451,10 +502,7 @@ func requestIDOf(b *pb.BaseCommand) (uint64, bool) {
 func (c *codec) subscribe(m *pb.CommandSubscribe) (transport.Command, error) {
 	e := endpointOf(m.GetTopic())
 	e.sub = m.GetSubscription()
-	c.mu.Lock()
-	c.consumers[m.GetConsumerId()] = e
-	c.mu.Unlock()
-	if err := c.track(m.GetRequestId(), request{kind: kindSubscribe, consumer: m.GetConsumerId()}); err != nil {
+	if err := c.track(m.GetRequestId(), request{kind: kindSubscribe, consumer: m.GetConsumerId(), endpoint: e}); err != nil {
 		return nil, err
 	}
 	s := &transport.Subscribe{
@@ -478,9 +526,9 @@ func (c *codec) subscribe(m *pb.CommandSubscribe) (transport.Command, error) {
 		s.NonDurable = true
 		if id := m.GetStartMessageId(); id != nil {
 			switch {
-			case id.GetLedgerId() == math.MaxUint64: // earliest: (-1, -1)
+			case earliest(id):
 				s.InitialPosition = transport.Earliest
-			case id.GetLedgerId() == math.MaxInt64: // latest
+			case latest(id):
 				s.InitialPosition = transport.Latest
 			default:
 				off := offsetOf(id)
@@ -584,7 +632,11 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 			RequestId: proto.Uint64(m.RequestID), Partitions: proto.Uint32(n), Response: pb.CommandPartitionedTopicMetadataResponse_Success.Enum(),
 		}})
 	case *transport.ProducerReady:
-		c.take(m.RequestID)
+		if r := c.take(m.RequestID); r.kind == kindProducer {
+			c.mu.Lock()
+			c.producers[r.producer] = r.endpoint
+			c.mu.Unlock()
+		}
 		last := m.LastSequenceID
 		if last >= 0 {
 			last = int64(pulsarSeq(uint64(last)))
@@ -622,6 +674,9 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 		r := c.take(m.RequestID)
 		out, err := success(dst, m.RequestID)
 		c.mu.Lock()
+		if r.kind == kindSubscribe {
+			c.consumers[r.consumer] = r.endpoint
+		}
 		active, ok := c.held[r.consumer]
 		delete(c.held, r.consumer)
 		c.mu.Unlock()
@@ -631,6 +686,11 @@ func (c *codec) outbound(dst []byte, cmd transport.Command) ([]byte, error) {
 		return activeChange(out, r.consumer, active)
 	case *transport.Success:
 		r := c.take(m.RequestID)
+		if r.kind == kindUnsubscribe {
+			c.mu.Lock()
+			delete(c.consumers, r.consumer)
+			c.mu.Unlock()
+		}
 		if r.kind == kindAck {
 			return frame(dst, &pb.BaseCommand{Type: pb.BaseCommand_ACK_RESPONSE.Enum(), AckResponse: &pb.CommandAckResponse{
 				ConsumerId: proto.Uint64(r.consumer), RequestId: proto.Uint64(m.RequestID)}})

@@ -3,8 +3,11 @@ package pulsar
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -167,12 +170,19 @@ func TestSendSequenceIDs(t *testing.T) {
 	if _, _, err := c.Read(r, 1<<20); err != nil {
 		t.Fatal(err)
 	}
+	out, err := c.Append(nil, &transport.ProducerReady{RequestID: 1, ProducerName: "p", LastSequenceID: 7<<20 + 3}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := answers(t, out)[0].GetProducerSuccess(); ps.GetLastSequenceId() != 10 {
+		t.Fatalf("last sequence id %d, want 10", ps.GetLastSequenceId())
+	}
 	cmd, _, err := c.Read(r, 1<<20)
 	s, ok := cmd.(*transport.Send)
 	if err != nil || !ok || len(s.Messages) != 1 || s.Messages[0].SequenceID != 7<<20 {
 		t.Fatalf("send: %#v %v", cmd, err)
 	}
-	out, err := c.Append(nil, &transport.SendReceipt{ProducerID: 1, SequenceID: 7 << 20, Offsets: []uint64{42}}, 1<<20)
+	out, err = c.Append(nil, &transport.SendReceipt{ProducerID: 1, SequenceID: 7 << 20, Offsets: []uint64{42}}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +190,6 @@ func TestSendSequenceIDs(t *testing.T) {
 	if rc.GetSequenceId() != 7 || rc.GetHighestSequenceId() != 7 || rc.GetMessageId().GetEntryId() != 42 ||
 		rc.GetMessageId().GetPartition() != 2 || rc.GetMessageId().GetLedgerId() != pulsarwire.LedgerID {
 		t.Fatalf("receipt %v", rc)
-	}
-	out, _ = c.Append(nil, &transport.ProducerReady{RequestID: 1, ProducerName: "p", LastSequenceID: 7<<20 + 3}, 1<<20)
-	if ps := answers(t, out)[0].GetProducerSuccess(); ps.GetLastSequenceId() != 10 {
-		t.Fatalf("last sequence id %d, want 10", ps.GetLastSequenceId())
 	}
 }
 
@@ -224,5 +230,70 @@ func TestMalformed(t *testing.T) {
 	var fse *transport.FrameSizeError
 	if _, _, err := c.Read(bufio.NewReader(bytes.NewReader([]byte{0, 0x20, 0, 0, 0, 0, 0, 0})), 1<<20); !errors.As(err, &fse) {
 		t.Fatalf("a frame above the limit: %v", err)
+	}
+}
+
+// A seek to Pulsar's earliest id goes to the start, to its latest id to
+// the end; other ids name offsets.
+func TestSeekIDs(t *testing.T) {
+	c := newCodec(Config{})
+	for _, tc := range []struct {
+		ledger, entry uint64
+		batch         int32
+		want          uint64
+	}{
+		{math.MaxUint64, math.MaxUint64, -1, 0},
+		{math.MaxInt64, math.MaxInt64, -1, math.MaxUint64},
+		{1, 40, -1, 40},
+		{1, 40, 3, 43},
+	} {
+		f := pframe(t, &pb.BaseCommand{Type: pb.BaseCommand_SEEK.Enum(), Seek: &pb.CommandSeek{ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(5),
+			MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(tc.ledger), EntryId: proto.Uint64(tc.entry), BatchIndex: proto.Int32(tc.batch)}}}, nil, nil)
+		cmd, _, err := c.Read(bufio.NewReader(bytes.NewReader(f)), 1<<20)
+		s, ok := cmd.(*transport.Seek)
+		if err != nil || !ok || s.Offset != tc.want || !s.Evict {
+			t.Fatalf("seek to (%d, %d, %d): %#v %v, want offset %d", tc.ledger, tc.entry, tc.batch, cmd, err, tc.want)
+		}
+		c.take(5)
+	}
+}
+
+// A compressed batch is charged at what it holds once decompressed, not
+// at its size on the wire; a send the codec cannot take is refused with
+// SEND_ERROR, and the connection goes on.
+func TestSendCharges(t *testing.T) {
+	c := newCodec(Config{MaxMessageBytes: 1 << 20})
+	var body []byte
+	for range 1000 {
+		smm, _ := proto.Marshal(&pb.SingleMessageMetadata{PayloadSize: proto.Int32(100)})
+		body = binary.BigEndian.AppendUint32(body, uint32(len(smm)))
+		body = append(body, smm...)
+		body = append(body, make([]byte, 100)...)
+	}
+	var z bytes.Buffer
+	w := zlib.NewWriter(&z)
+	w.Write(body)
+	w.Close()
+	md := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1), PublishTime: proto.Uint64(1),
+		NumMessagesInBatch: proto.Int32(1000), Compression: pb.CompressionType_ZLIB.Enum(), UncompressedSize: proto.Uint32(uint32(len(body)))}
+	send := &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(1)}}
+	f := pframe(t, send, md, z.Bytes())
+	cmd, n, err := c.Read(bufio.NewReader(bytes.NewReader(f)), 1<<20)
+	if _, ok := cmd.(*transport.Send); err != nil || !ok {
+		t.Fatalf("a zlib batch: %#v %v", cmd, err)
+	}
+	if n < 100_000 || len(f) > 10_000 {
+		t.Fatalf("a batch of %d bytes on the wire holding 100 KB charged %d", len(f), n)
+	}
+	// A sequence id above what fabriq maps.
+	big := &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: proto.Uint64(1), SequenceId: proto.Uint64(1 << 50)}}
+	md1 := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(1 << 50), PublishTime: proto.Uint64(1)}
+	cmd, _, err = c.Read(bufio.NewReader(bytes.NewReader(pframe(t, big, md1, []byte("x")))), 1<<20)
+	if _, ok := cmd.(*transport.Ping); err != nil || !ok {
+		t.Fatalf("a sequence id of 2^50: %#v %v, want it refused in a Ping's place", cmd, err)
+	}
+	out, _ := c.Append(nil, &transport.Pong{}, 1<<20)
+	if a := answers(t, out)[0]; a.GetType() != pb.BaseCommand_SEND_ERROR || a.GetSendError().GetSequenceId() != 1<<50 {
+		t.Fatalf("the refusal: %v", a)
 	}
 }
