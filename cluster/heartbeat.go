@@ -109,8 +109,11 @@ type heartbeats struct {
 	opens map[string]time.Time
 	// gone are the nodes, by Raft address, whose connection ended without
 	// a timeout and whose port then refused a connection: their process
-	// is gone (successor.go). A round from the node clears it.
+	// is gone (successor.go). Anything from the node clears it: a round,
+	// an answered round, an RPC of one of its groups (heardFrom).
 	gone map[string]goneMark
+	// goneCount is len(gone), read without the lock by heardFrom.
+	goneCount atomic.Int32
 	// probing holds, by Raft address, when the latest probe started
 	// (successor.go): the node is heard for as long as a probe may take.
 	probing map[string]time.Time
@@ -321,7 +324,7 @@ func (h *heartbeats) heard(now time.Time) (heard map[string]bool, gone map[strin
 	heard = make(map[string]bool, len(h.seen))
 	for addr, m := range h.gone {
 		if now.Sub(m.last) > goneFor {
-			delete(h.gone, addr)
+			h.forgetGone(addr)
 			continue
 		}
 		if gone == nil {
@@ -660,6 +663,7 @@ func (p *hbPeer) run() {
 			lastRound = time.Now()
 			if err == nil {
 				p.lastOK.Store(lastRound.UnixNano())
+				h.heardFrom(p.addr) // it answered: its process is there
 				continue
 			}
 			h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
@@ -809,7 +813,7 @@ func (h *heartbeats) serve(c net.Conn) {
 			h.mu.Lock()
 			h.seen[from] = time.Now()
 			h.busy[from]++
-			delete(h.gone, from)
+			h.forgetGone(from)
 			h.mu.Unlock()
 		}
 		for _, group := range f.Wake {

@@ -239,3 +239,63 @@ func membersBut(g []*testGroup, n *testNode) []*testGroup {
 	}
 	return out
 }
+
+// A node found gone that is heard from again is not gone any more: its
+// process restarted. Here the other nodes still hold the mark of the
+// node about to lead (as they would for goneFor after it died and came
+// back) when leadership moves to it: its vote requests clear the mark, no
+// successor stands against the live leader, and it keeps leading. Before,
+// only a heartbeat round from the node cleared it, and a round comes
+// hundreds of milliseconds after an election: a stream created right
+// after a node's restart had partitions elected, taken over by a
+// successor, and leaderless for seconds.
+func TestGoneNodeHeardAgainKeepsItsLeadership(t *testing.T) {
+	nodes := quietNodes(t, time.Hour, 5*time.Minute) // awake groups
+	g := startGroup(t, nodes, "g", func(c *GroupConfig) {
+		heartbeatTimings(c)
+		c.HeartbeatTimeout = 3 * time.Second
+		c.ElectionTimeout = 3 * time.Second
+		c.LeaderLeaseTimeout = 3 * time.Second
+	})
+	leader := waitLeader(t, g)
+	next := others(g, leader)[0]
+	back := next.node.addr()
+	for _, n := range nodes {
+		if n != next.node {
+			n.mux.hb.markGone(back)
+		}
+	}
+	term := leader.Term()
+	if err := leader.TransferLeadershipTo(ctxTimeout(t, 10*time.Second), next.node.id, back); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now()
+	applyAll(t, g, "after the restart")
+	for _, n := range nodes {
+		if _, gone := n.mux.hb.heard(time.Now()); !gone[back].IsZero() {
+			t.Errorf("%s still holds %s gone after its vote requests and appends", n.id, next.node.id)
+		}
+	}
+	// The new leader's first heartbeat round comes after several quiet
+	// ticks of the followers' nodes: a successor would have stood by then.
+	eventually(t, 10*time.Second, "a heartbeat round from the new leader on every other node", func() bool {
+		for _, n := range nodes {
+			if n == next.node {
+				continue
+			}
+			n.mux.hb.mu.Lock()
+			seen := n.mux.hb.seen[back]
+			n.mux.hb.mu.Unlock()
+			if seen.Before(moved) {
+				return false
+			}
+		}
+		return true
+	})
+	if got := waitLeader(t, g); got != next || got.Term() != term+1 {
+		t.Errorf("led by %s in term %d, want %s in term %d", got.node.id, got.Term(), next.node.id, term+1)
+	}
+	if s := heartbeatTotals(nodes).StoodForGone; s != 0 {
+		t.Errorf("%d successors stood against a live leader", s)
+	}
+}

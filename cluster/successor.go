@@ -38,7 +38,7 @@ import (
 // when the leader's process is gone.
 const (
 	// goneFor is how long a node stays marked gone after the probe found
-	// its port closed, unless a round from it comes first.
+	// its port closed, unless something comes from it first (heardFrom).
 	goneFor = 10 * time.Second
 	// goneProbeTimeout bounds the probe's dial.
 	goneProbeTimeout = 500 * time.Millisecond
@@ -118,10 +118,38 @@ func (h *heartbeats) markGone(addr string) {
 	}
 	m.last = now
 	h.gone[addr] = m
+	h.goneCount.Store(int32(len(h.gone)))
 	h.mu.Unlock()
 	if !known {
 		h.logger.Info("a node's Raft port refuses connections after its connection ended: its groups' successors stand", "node", addr)
 	}
+}
+
+// forgetGone clears the gone mark of the node at addr. The caller holds
+// h.mu.
+func (h *heartbeats) forgetGone(addr string) {
+	if _, ok := h.gone[addr]; !ok {
+		return
+	}
+	delete(h.gone, addr)
+	h.goneCount.Store(int32(len(h.gone)))
+}
+
+// heardFrom is told that something came from the node at addr (a Raft
+// address): an answer to this node's round, an RPC of one of its groups.
+// Its process is there, so it is not gone any more: marked gone when it
+// died and restarted since, a group it leads again would otherwise be
+// taken from it by a successor standing against a live leader, until
+// goneFor ran out (a stream created right after a node's restart had a
+// partition elected twice and leaderless for 2.7 s). Free while no node
+// is gone: it runs for every RPC a group receives.
+func (h *heartbeats) heardFrom(addr string) {
+	if addr == "" || h.goneCount.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.forgetGone(addr)
 }
 
 // succeed is the quiet tick's for a follower quiet under the node at

@@ -224,6 +224,9 @@ func (g *voteGate) loop() {
 		case <-g.stop:
 			return
 		}
+		if h, ok := rpc.Command.(raft.WithRPCHeader); ok {
+			g.mux.hb.heardFrom(string(h.GetRPCHeader().Addr)) // its node is there
+		}
 		if _, ok := rpc.Command.(*raft.TimeoutNowRequest); ok && g.retired.Load() {
 			rpc.Respond(nil, errRetired)
 			g.refused.Add(1)
