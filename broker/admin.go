@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/fabriq-io/fabriq/broker/partition"
 	"github.com/fabriq-io/fabriq/broker/session"
 	"github.com/fabriq-io/fabriq/broker/wire"
+	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/cluster/meta"
 	"github.com/fabriq-io/fabriq/geofabric"
 	"github.com/fabriq-io/fabriq/transport"
@@ -26,6 +28,10 @@ func (h sessionNode) LocalLeader(name string) (*partition.Partition, error) {
 }
 
 func (h sessionNode) Lookup(name string) (*transport.LookupResult, error) { return h.n.lookup(name) }
+
+func (h sessionNode) LookupWait(ctx context.Context, name string, hints bool) (*transport.LookupResult, error) {
+	return h.n.lookupWait(ctx, name, hints)
+}
 
 func (h sessionNode) Partitions(ctx context.Context, stream string) (int, error) {
 	_, sm, err := h.n.stream(stream)
@@ -86,6 +92,11 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
 		return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
 	}
+	if lp, ok := n.partition(name); ok && lp.group.LeaderGone() {
+		// Its followers here are electing the successor: the client
+		// would only find the old leader's port closed.
+		return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s: the process of its leader's node is gone; a new leader is being elected", name)
+	}
 	if id, _ := n.leaderOf(name); id != "" && id != n.cfg.NodeID {
 		if info, ok := n.catalog.Node(id); ok {
 			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
@@ -95,6 +106,55 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 		return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	return nil, n.notHere(name)
+}
+
+// lookupRetry is how often lookupWait asks again for a partition whose
+// leadership it cannot watch: one this node does not run, whose leader
+// gossip tells.
+const lookupRetry = 50 * time.Millisecond
+
+// lookupWait is lookup that waits, until ctx ends, while the partition has
+// no leader to name, and then returns the last answer; with hints, a
+// NotLeader that names a node holding the partition is answered at once
+// (the client follows it). For a partition
+// this node runs, it asks again as soon as its group's leadership changes:
+// a client waiting through a failover hears of the new leader as soon as
+// this node does.
+func (n *Node) lookupWait(ctx context.Context, name string, hints bool) (*transport.LookupResult, error) {
+	var watch *cluster.LeaderWatch
+	defer func() {
+		if watch != nil {
+			watch.Stop()
+		}
+	}()
+	var changed <-chan cluster.Leadership
+	t := time.NewTicker(lookupRetry)
+	defer t.Stop()
+	for {
+		res, err := n.lookup(name)
+		var te *transport.Error
+		switch code := transport.CodeOf(err); {
+		case code == transport.CodeNotLeader && hints && errors.As(err, &te) && te.LeaderHint != "":
+			return nil, err
+		case code != transport.CodeNotLeader && code != transport.CodeServiceNotReady:
+			return res, err
+		}
+		if watch == nil {
+			if lp, ok := n.partition(name); ok {
+				watch = lp.group.WatchLeader()
+				changed = watch.C
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-t.C:
+		case _, open := <-changed:
+			if !open {
+				changed = nil // the group closed: the ticker alone
+			}
+		}
+	}
 }
 
 // streamNotFound is the answer for a stream or partition the catalog does

@@ -393,6 +393,13 @@ func (c *Client) pick(ctx context.Context, hint *string) (*cnx, error) {
 	return c.anyConn(ctx)
 }
 
+// lookupMaxWait is how long, in milliseconds, a node asked where a
+// partition's leader is may wait until it can name one (an election under
+// way) before it answers that it cannot: the client hears of a new leader
+// as soon as that node does, rather than at its next retry, and asks
+// another node after this long.
+const lookupMaxWait = 500
+
 // lookup returns a connection to the leader of a partition: it asks any
 // node, then follows the answer (and NotLeader hints) to the leader.
 func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
@@ -403,7 +410,7 @@ func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
 		if err != nil {
 			return err
 		}
-		res, err := x.request(ctx, &transport.Lookup{RequestID: c.requestID(), Stream: partition})
+		res, err := x.request(ctx, &transport.Lookup{RequestID: c.requestID(), Stream: partition, Wait: true, Hints: true, MaxWaitMillis: lookupMaxWait})
 		if err != nil {
 			hint = leaderHint(err)
 			return err

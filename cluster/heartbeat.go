@@ -76,8 +76,9 @@ type heartbeats struct {
 	layer  *Layer
 	logger *slog.Logger
 	window time.Duration
-	// The quiet groups' timings (quiet.go); tests shorten them.
-	quietAfter, realEvery, followerTimeout time.Duration
+	// The quiet groups' timings (quiet.go); tests shorten them. tickEvery
+	// is quietTick, read when the mux starts.
+	quietAfter, realEvery, followerTimeout, tickEvery time.Duration
 	// idleAppendEvery is how often an idle leader's append that tells
 	// nothing new still goes to a node that speaks ProtocolCatchUp
 	// (idleAppendCatchUpEvery; pipeline.go); tests lengthen it.
@@ -85,6 +86,9 @@ type heartbeats struct {
 
 	done chan struct{}
 	wg   sync.WaitGroup
+	// kick runs a tick at once (ticks): a node was just found gone, and
+	// its groups' successors need not wait for the next tick to stand.
+	kick chan struct{}
 
 	// self is this node's Raft address as its groups advertise it (from
 	// their heartbeats): a round says whom it is from.
@@ -252,6 +256,8 @@ func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 		quietAfter:      quietAfter,
 		realEvery:       quietRealEvery,
 		followerTimeout: quietFollowerTimeout,
+		tickEvery:       quietTick,
+		kick:            make(chan struct{}, 1),
 		idleAppendEvery: idleAppendCatchUpEvery,
 		done:            make(chan struct{}),
 		gates:           make(map[string]*voteGate),
@@ -271,19 +277,24 @@ func (h *heartbeats) start() {
 	go h.ticks()
 }
 
-// ticks runs every group's quiet tick (quiet.go) every quietTick.
+// ticks runs every group's quiet tick (quiet.go) every tickEvery, and at
+// once when kicked.
 func (h *heartbeats) ticks() {
 	defer h.wg.Done()
-	t := time.NewTicker(quietTick)
+	t := time.NewTicker(h.tickEvery)
 	defer t.Stop()
+	tick := func(now time.Time) {
+		heard, gone := h.heard(now)
+		for _, g := range h.registered() {
+			g.tick(now, heard, gone)
+		}
+	}
 	for {
 		select {
 		case now := <-t.C:
-			heard, gone := h.heard(now)
-			for _, g := range h.registered() {
-				g.tick(now, heard, gone)
-			}
-
+			tick(now)
+		case <-h.kick:
+			tick(time.Now())
 		case <-h.done:
 			return
 		}

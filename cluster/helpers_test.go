@@ -255,6 +255,13 @@ func (n *testNode) addr() string { return n.mux.Addr().String() }
 // the groups (registered later, so cleaned up first).
 func newTestNodes(t *testing.T, n int) []*testNode {
 	t.Helper()
+	return newTestNodesWith(t, n, nil)
+}
+
+// newTestNodesWith is newTestNodes, with before run on each node's mux
+// before it starts (nil: nothing).
+func newTestNodesWith(t *testing.T, n int, before func(*Mux)) []*testNode {
+	t.Helper()
 	root := t.TempDir()
 	nodes := make([]*testNode, n)
 	for i := range nodes {
@@ -263,6 +270,9 @@ func newTestNodes(t *testing.T, n int) []*testNode {
 			t.Fatal(err)
 		}
 		m := NewMux(ln, testLogger().With("node", i))
+		if before != nil {
+			before(m)
+		}
 		if err := m.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +14,10 @@ import (
 // quietNodes are three nodes whose groups go quiet after idle, and whose
 // quiet followers give a dead leader followerTimeout.
 func quietNodes(t *testing.T, idle, followerTimeout time.Duration) []*testNode {
-	nodes := newTestNodes(t, 3)
-	for _, n := range nodes {
-		n.mux.hb.quietAfter = idle
-		n.mux.hb.followerTimeout = followerTimeout
-	}
-	return nodes
+	return newTestNodesWith(t, 3, func(m *Mux) {
+		m.hb.quietAfter = idle
+		m.hb.followerTimeout = followerTimeout
+	})
 }
 
 // waitQuiet waits until every group leads quietly and each of its
@@ -161,18 +161,25 @@ func TestQuietFollowersRideOutAMomentOfSilence(t *testing.T) {
 // leader: quiet followers, and awake ones. The followers' own heartbeat
 // timeout is long (3 s, six times the lease here) so that, without the
 // successor, a follower stood only after it, whichever came first, and
-// none counted as a successor.
+// none counted as a successor. An awake group's successor stands as soon
+// as its node finds the leader's process gone, not at the next tick: with
+// ticks an hour apart, it still stands.
 func TestSuccessorStandsWhenLeaderProcessGoes(t *testing.T) {
-	t.Run("quiet", func(t *testing.T) { successorStands(t, true) })
-	t.Run("awake", func(t *testing.T) { successorStands(t, false) })
+	t.Run("quiet", func(t *testing.T) { successorStands(t, true, quietTick) })
+	t.Run("awake", func(t *testing.T) { successorStands(t, false, quietTick) })
+	t.Run("awake between ticks", func(t *testing.T) { successorStands(t, false, time.Hour) })
 }
 
-func successorStands(t *testing.T, quiet bool) {
+func successorStands(t *testing.T, quiet bool, tickEvery time.Duration) {
 	idle := 500 * time.Millisecond
 	if !quiet {
 		idle = time.Hour // never quiet
 	}
-	nodes := quietNodes(t, idle, 5*time.Minute)
+	nodes := newTestNodesWith(t, 3, func(m *Mux) {
+		m.hb.quietAfter = idle
+		m.hb.followerTimeout = 5 * time.Minute
+		m.hb.tickEvery = tickEvery
+	})
 	const groups = 6
 	gs := make([][]*testGroup, groups)
 	for i := range gs {
@@ -297,5 +304,109 @@ func TestGoneNodeHeardAgainKeepsItsLeadership(t *testing.T) {
 	}
 	if s := heartbeatTotals(nodes).StoodForGone; s != 0 {
 		t.Errorf("%d successors stood against a live leader", s)
+	}
+}
+
+// A member whose leader's process is gone says so (LeaderGone) while its
+// Raft still names that leader: the broker answers lookups with "electing"
+// rather than send clients to a closed port. Here the group's successor is
+// closed, so that the other follower cannot elect and still knows the old
+// leader, its timeouts long.
+func TestLeaderGoneWhileStillNamed(t *testing.T) {
+	nodes := quietNodes(t, time.Hour, 5*time.Minute) // awake groups
+	g := startGroup(t, nodes, "g", func(c *GroupConfig) {
+		heartbeatTimings(c)
+		c.HeartbeatTimeout = 20 * time.Second
+		c.ElectionTimeout = 20 * time.Second
+		c.LeaderLeaseTimeout = 20 * time.Second
+	})
+	leader := waitLeader(t, g)
+	var rest []raft.ServerID
+	for _, m := range others(g, leader) {
+		rest = append(rest, raft.ServerID(m.node.id))
+	}
+	succ := first("g", rest)
+	var stays *testGroup
+	for _, m := range others(g, leader) {
+		if raft.ServerID(m.node.id) == succ {
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			stays = m
+		}
+	}
+	eventually(t, 10*time.Second, "the follower knowing its leader", func() bool {
+		id, _ := stays.Leader()
+		return id == leader.node.id
+	})
+	if stays.LeaderGone() {
+		t.Fatal("leader gone while its process runs")
+	}
+	if err := leader.node.mux.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the follower finding its leader's process gone", stays.LeaderGone)
+	if id, _ := stays.Leader(); id != leader.node.id {
+		t.Errorf("the follower names leader %q, want %q still (its timeouts are long)", id, leader.node.id)
+	}
+}
+
+// A killed process may accept on its port for a moment after its
+// connections ended, and reset what it accepted as its listener closes:
+// the probe counts a reset as gone. A port that accepts and holds the
+// connection, as a live node's does until its header comes, is not gone.
+func TestProbeFindsAResetPortGone(t *testing.T) {
+	nodes := newTestNodes(t, 1)
+	h := nodes[0].mux.hb
+	held := make(chan net.Conn, 16)
+	t.Cleanup(func() {
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	})
+	listen := func(reset bool) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if reset {
+					c.(*net.TCPConn).SetLinger(0) // closed with a reset
+					c.Close()
+					continue
+				}
+				select {
+				case held <- c:
+				default:
+					c.Close()
+				}
+			}
+		}()
+		return ln.Addr().String()
+	}
+	dying, live := listen(true), listen(false)
+	probed := func(addr string) bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		_, probing := h.probing[addr]
+		return !probing
+	}
+	for _, addr := range []string{dying, live} {
+		h.maybeGone(addr, io.EOF)
+		eventually(t, 5*time.Second, "the probe of "+addr+" done", func() bool { return probed(addr) })
+	}
+	_, gone := h.heard(time.Now())
+	if gone[dying].IsZero() {
+		t.Error("a port that resets the connections it accepts: not found gone")
+	}
+	if !gone[live].IsZero() {
+		t.Error("a port that holds the connections it accepts: found gone")
 	}
 }

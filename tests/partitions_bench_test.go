@@ -224,6 +224,25 @@ func BenchmarkManyPartitions(b *testing.B) {
 	report("restart of every node to every partition led", ms(time.Since(start)), "restart-led-ms")
 }
 
+// idleNote names the idle partition a kill measured, if any.
+func idleNote(stream string, index int) string {
+	if index < 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %s partition %d", stream, index)
+}
+
+// lastOf returns the last duration of each non-empty list, rounded.
+func lastOf(lists ...[]time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, l := range lists {
+		if len(l) > 0 {
+			out = append(out, l[len(l)-1].Round(time.Millisecond))
+		}
+	}
+	return out
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func median(ds []time.Duration) time.Duration {
@@ -414,6 +433,8 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			go send(idleStream, nil, idleIndex, &out.idleNewProducer, killed, &wg)
 		}
 		wg.Wait()
+		b.Logf("kill %d: %s, leader of %s partition %d%s: acked after %v", kills, victim.id, busy, busyIndex,
+			idleNote(idleStream, idleIndex), lastOf(out.busy, out.idle, out.idleNewProducer))
 		busyP.Close()
 		if idleP != nil {
 			idleP.Close()

@@ -108,6 +108,14 @@ type Lookup struct {
 	// can name the partition's leader, rather than answer NotLeader or
 	// ServiceNotReady at once: Pulsar clients do not retry a lookup.
 	Wait bool `msgpack:"w,omitempty"`
+	// Hints, with Wait, says the client follows a NotLeader's leader hint
+	// (a node that holds the partition): the node answers one at once
+	// rather than wait until it can name the leader itself.
+	Hints bool `msgpack:"hi,omitempty"`
+	// MaxWaitMillis, with Wait, bounds the wait below the node's request
+	// timeout (0: no lower bound): a client that asks another node after
+	// it is not held by one cut off from the partition's majority.
+	MaxWaitMillis uint32 `msgpack:"mw,omitempty"`
 }
 
 // LookupResult answers Lookup: Here when the node asked is the leader,

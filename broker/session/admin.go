@@ -13,9 +13,18 @@ import (
 // (Node), the session answers.
 
 func (s *Session) lookup(c *transport.Lookup) {
-	res, err := s.node.Lookup(c.Stream)
-	if err != nil && c.Wait {
-		res, err = s.awaitLookup(c.Stream, err)
+	var res *transport.LookupResult
+	var err error
+	if c.Wait {
+		wait := requestTimeout
+		if c.MaxWaitMillis > 0 {
+			wait = min(wait, time.Duration(c.MaxWaitMillis)*time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, wait)
+		res, err = s.node.LookupWait(ctx, c.Stream, c.Hints)
+		cancel()
+	} else {
+		res, err = s.node.Lookup(c.Stream)
 	}
 	if err != nil {
 		s.replyErr(c.RequestID, err)
@@ -25,34 +34,8 @@ func (s *Session) lookup(c *transport.Lookup) {
 	s.reply(res)
 }
 
-// lookupRetry is how often a waiting lookup asks again.
+// lookupRetry is how often a waiting request asks again.
 const lookupRetry = 50 * time.Millisecond
-
-// awaitLookup asks again until the partition's leader is known, a lookup
-// fails for another reason, or the request times out (the last answer is
-// then returned).
-func (s *Session) awaitLookup(stream string, err error) (*transport.LookupResult, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
-	defer cancel()
-	t := time.NewTicker(lookupRetry)
-	defer t.Stop()
-	for {
-		switch transport.CodeOf(err) {
-		case transport.CodeNotLeader, transport.CodeServiceNotReady:
-		default:
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-t.C:
-		}
-		var res *transport.LookupResult
-		if res, err = s.node.Lookup(stream); err == nil {
-			return res, nil
-		}
-	}
-}
 
 func (s *Session) partitionedMetadata(c *transport.PartitionedMetadata) {
 	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)

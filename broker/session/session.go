@@ -40,6 +40,11 @@ type Node interface {
 	LocalLeader(name string) (*partition.Partition, error)
 	// Lookup answers where a partition's leader is.
 	Lookup(name string) (*transport.LookupResult, error)
+	// LookupWait is Lookup that waits, until ctx ends, while the
+	// partition has no leader to name (NotLeader, ServiceNotReady), and
+	// then returns the last answer; with hints, a NotLeader that names a
+	// node holding the partition is answered at once.
+	LookupWait(ctx context.Context, name string, hints bool) (*transport.LookupResult, error)
 	// Partitions returns how many partitions a stream has, creating the
 	// stream first where the node auto-creates streams on first use.
 	Partitions(ctx context.Context, stream string) (int, error)
