@@ -24,7 +24,7 @@ var (
 	partitionsTotal = flag.Int("partitions.total", 1000, "partitions of the cluster, busy ones included (each on 3 replicas of 3 nodes)")
 	partitionsIdle  = flag.Duration("partitions.idle", 2*time.Minute, "how long the cluster stands idle while CPU, elections and memory are measured")
 	partitionsSends = flag.Int("partitions.messages", 100000, "messages of 1 KiB each throughput run sends to the busy stream")
-	partitionsKills = flag.Int("partitions.kills", 3, "leader kills in each failover run")
+	partitionsKills = flag.Int("partitions.kills", 9, "leader kills in each failover run, of which the median is reported")
 )
 
 const (
