@@ -236,6 +236,18 @@ func successorStands(t *testing.T, quiet bool, tickEvery time.Duration) {
 	}
 }
 
+// slowTimings are heartbeatTimings with the heartbeat and election
+// timeouts and the lease at d: a follower campaigns on its own only after
+// d.
+func slowTimings(d time.Duration) func(*GroupConfig) {
+	return func(c *GroupConfig) {
+		heartbeatTimings(c)
+		c.HeartbeatTimeout = d
+		c.ElectionTimeout = d
+		c.LeaderLeaseTimeout = d
+	}
+}
+
 // membersBut returns the members of g that are not on node n.
 func membersBut(g []*testGroup, n *testNode) []*testGroup {
 	var out []*testGroup
@@ -258,12 +270,7 @@ func membersBut(g []*testGroup, n *testNode) []*testGroup {
 // successor, and leaderless for seconds.
 func TestGoneNodeHeardAgainKeepsItsLeadership(t *testing.T) {
 	nodes := quietNodes(t, time.Hour, 5*time.Minute) // awake groups
-	g := startGroup(t, nodes, "g", func(c *GroupConfig) {
-		heartbeatTimings(c)
-		c.HeartbeatTimeout = 3 * time.Second
-		c.ElectionTimeout = 3 * time.Second
-		c.LeaderLeaseTimeout = 3 * time.Second
-	})
+	g := startGroup(t, nodes, "g", slowTimings(3*time.Second))
 	leader := waitLeader(t, g)
 	next := others(g, leader)[0]
 	back := next.node.addr()
@@ -314,12 +321,7 @@ func TestGoneNodeHeardAgainKeepsItsLeadership(t *testing.T) {
 // leader, its timeouts long.
 func TestLeaderGoneWhileStillNamed(t *testing.T) {
 	nodes := quietNodes(t, time.Hour, 5*time.Minute) // awake groups
-	g := startGroup(t, nodes, "g", func(c *GroupConfig) {
-		heartbeatTimings(c)
-		c.HeartbeatTimeout = 20 * time.Second
-		c.ElectionTimeout = 20 * time.Second
-		c.LeaderLeaseTimeout = 20 * time.Second
-	})
+	g := startGroup(t, nodes, "g", slowTimings(20*time.Second))
 	leader := waitLeader(t, g)
 	var rest []raft.ServerID
 	for _, m := range others(g, leader) {
