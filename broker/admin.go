@@ -99,6 +99,12 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	}
 	if id, _ := n.leaderOf(name); id != "" && id != n.cfg.NodeID {
 		if info, ok := n.catalog.Node(id); ok {
+			if n.mux.Gone(info.RaftAddr) || !n.mayLead(id) {
+				// A route gossip spread before the node died (this node's
+				// replica, if any, knows no leader): naming it would send
+				// the client to a closed port.
+				return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s: node %s, its last known leader, is gone; a new leader is being elected", name, id)
+			}
 			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
 		}
 	}

@@ -947,6 +947,13 @@ func (n *Node) nodeState(id string) string {
 	return "unknown"
 }
 
+// mayLead reports whether node id may lead a partition as far as gossip
+// knows: it is not dead and has not left.
+func (n *Node) mayLead(id string) bool {
+	st := n.nodeState(id)
+	return st != cluster.MemberDead.String() && st != cluster.MemberLeft.String()
+}
+
 // leaderOf returns a partition's leader and term as this node knows them:
 // from its own replica, else from the routes gossip spreads.
 func (n *Node) leaderOf(name string) (string, uint64) {

@@ -265,15 +265,18 @@ func successor(group string, r *raft.Raft, leader raft.ServerID) raft.ServerID {
 // is no use to a client.
 func (g *Group) LeaderGone() bool {
 	addr, _ := g.raft.LeaderWithID()
-	if addr == "" {
-		return false
-	}
-	h := g.gate.mux.hb
+	return addr != "" && g.gate.mux.Gone(string(addr))
+}
+
+// Gone reports whether this node found the process of the node at Raft
+// address addr gone, and has heard nothing from it since (see LeaderGone).
+func (m *Mux) Gone(addr string) bool {
+	h := m.hb
 	if h.goneCount.Load() == 0 {
 		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, gone := h.gone[string(addr)]
+	_, gone := h.gone[addr]
 	return gone
 }
