@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -985,19 +984,8 @@ func TestWaitingLookupsDoNotHoldUpOthers(t *testing.T) {
 		}
 	}
 
-	nc, err := net.DialTimeout("tcp", survivor.addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := transport.NewConn(nc, transport.Config{})
-	if err != nil {
-		nc.Close()
-		t.Fatal(err)
-	}
+	conn := rawConn(ctx, t, survivor.addr, "raw", transport.Config{})
 	defer conn.Close()
-	if _, err := transport.Handshake(ctx, conn, &transport.Connect{ClientName: "raw"}); err != nil {
-		t.Fatal(err)
-	}
 	ask := func(id uint64, partition string) {
 		if err := conn.Send(ctx, &transport.Lookup{RequestID: id, Stream: partition, Wait: true, Hints: true, MaxWaitMillis: 5_000}); err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -23,19 +22,8 @@ const rawProducerID = 1
 
 func newRawProducer(ctx context.Context, t *testing.T, addr, partition, name string) *rawProducer {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := transport.NewConn(nc, transport.Config{})
-	if err != nil {
-		nc.Close()
-		t.Fatal(err)
-	}
+	tc := rawConn(ctx, t, addr, "raw", transport.Config{})
 	t.Cleanup(func() { tc.Close() })
-	if _, err := transport.Handshake(ctx, tc, &transport.Connect{ClientName: "raw"}); err != nil {
-		t.Fatal(err)
-	}
 	rp := &rawProducer{t: t, ctx: ctx, conn: tc}
 	if err := tc.Send(ctx, &transport.CreateProducer{RequestID: 1, ProducerID: rawProducerID, Stream: partition, ProducerName: name}); err != nil {
 		t.Fatal(err)

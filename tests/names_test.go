@@ -82,24 +82,33 @@ func partitionDirs(t *testing.T, dataDir string) []string {
 	return dirs
 }
 
+// rawConn dials addr and makes the handshake, as any program speaking the
+// protocol can; the caller closes the connection.
+func rawConn(ctx context.Context, t testing.TB, addr, name string, cfg transport.Config) *transport.Conn {
+	t.Helper()
+	nc, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := transport.NewConn(nc, cfg)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	if _, err := transport.Handshake(ctx, c, &transport.Connect{ClientName: name}); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c
+}
+
 // rawRequest sends one command over a connection of its own, as a client
 // that checks nothing would, and returns the answer.
 func rawRequest(t *testing.T, addr string, cmd transport.Command) transport.Command {
 	t.Helper()
 	ctx := testContext(t, 30*time.Second)
-	nc, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := transport.NewConn(nc, transport.Config{ReadIdleTimeout: 20 * time.Second})
-	if err != nil {
-		nc.Close()
-		t.Fatal(err)
-	}
+	c := rawConn(ctx, t, addr, "names-test", transport.Config{ReadIdleTimeout: 20 * time.Second})
 	defer c.Close()
-	if _, err := transport.Handshake(ctx, c, &transport.Connect{ClientName: "names-test"}); err != nil {
-		t.Fatal(err)
-	}
 	if err := c.Send(ctx, cmd); err != nil {
 		t.Fatal(err)
 	}
