@@ -991,19 +991,7 @@ func TestWaitingLookupsDoNotHoldUpOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	next := func() transport.Command {
-		for {
-			res, err := conn.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := res.(*transport.Ping); ok {
-				conn.Send(ctx, &transport.Pong{})
-				continue
-			}
-			return res
-		}
-	}
+	next := func() transport.Command { return rawNext(ctx, t, conn) }
 	// The orphan's leader, if the survivor led it, steps down once its
 	// lease runs out: until then its lookups are answered at once.
 	for id := uint64(1); ; id++ {

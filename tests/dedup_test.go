@@ -53,19 +53,7 @@ func (rp *rawProducer) send(seqs ...uint64) {
 // next returns the next command from the node, answering its pings.
 func (rp *rawProducer) next() transport.Command {
 	rp.t.Helper()
-	for {
-		cmd, err := rp.conn.Receive()
-		if err != nil {
-			rp.t.Fatal(err)
-		}
-		if _, ok := cmd.(*transport.Ping); ok {
-			if err := rp.conn.Send(rp.ctx, &transport.Pong{}); err != nil {
-				rp.t.Fatal(err)
-			}
-			continue
-		}
-		return cmd
-	}
+	return rawNext(rp.ctx, rp.t, rp.conn)
 }
 
 // MSG-4: a producer pipelines sends 1 and 3..80 (2 is lost on the way),

@@ -102,6 +102,24 @@ func rawConn(ctx context.Context, t testing.TB, addr, name string, cfg transport
 	return c
 }
 
+// rawNext reads c's next frame that is not a Ping, answering the Pings.
+func rawNext(ctx context.Context, t testing.TB, c *transport.Conn) transport.Command {
+	t.Helper()
+	for {
+		cmd, err := c.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := cmd.(*transport.Ping); ok {
+			if err := c.Send(ctx, &transport.Pong{}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		return cmd
+	}
+}
+
 // rawRequest sends one command over a connection of its own, as a client
 // that checks nothing would, and returns the answer.
 func rawRequest(t *testing.T, addr string, cmd transport.Command) transport.Command {
