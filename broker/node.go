@@ -921,12 +921,18 @@ func (n *Node) removePartitionData(name string) {
 }
 
 // notLeaderError is the answer of a follower: NotLeader with the leader's
-// client address, or ServiceNotReady while there is no leader.
+// client address, or ServiceNotReady while there is no leader. A leader
+// that refused a request (it is handing its leadership over, or has just
+// lost it and does not know yet) answers ServiceNotReady too: a hint
+// naming itself would send the client straight back to it.
 func (n *Node) notLeaderError(name string, g *cluster.Group) error {
 	id, _ := g.Leader()
 	id = meta.NodeOf(id)
 	if id == "" {
 		return wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
+	}
+	if id == n.cfg.NodeID {
+		return wire.Errorf(transport.CodeServiceNotReady, "partition %s: its leader, this node, is not taking requests now (its leadership is being handed over or was lost); try again", name)
 	}
 	info, _ := n.catalog.Node(id)
 	return &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s leads partition %s", id, name), LeaderHint: info.ClientAddr}
@@ -1189,8 +1195,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			if to, ok := spread.pick(g.NodeID(), servers); ok {
 				err = g.TransferLeadershipTo(gctx, to.ID, to.Address)
 			}
-			if errors.Is(err, cluster.ErrTransferTried) {
-				// No pick, or the pick was tried this term: any other voter.
+			if errors.Is(err, cluster.ErrTransferTried) || errors.Is(err, cluster.ErrUnreachable) {
+				// No pick, or the pick was tried this term or is gone or
+				// silent: any other voter.
 				err = g.TransferLeadership(gctx)
 			}
 			if err != nil {

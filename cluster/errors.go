@@ -70,6 +70,12 @@ var (
 	// the routing table already holds something newer for the partition
 	// (see Route for the order); the table is unchanged.
 	ErrStaleRoute = errors.New("cluster: stale route")
+	// ErrUnreachable is returned by Group.TransferLeadershipTo for a voter
+	// whose node this node found gone or has not heard from lately, and by
+	// Group.TransferLeadership when every other voter is such a one: a
+	// transfer to it could not finish, and hashicorp/raft refuses every
+	// proposal while one runs (up to its election timeout).
+	ErrUnreachable = errors.New("cluster: the voter's node is gone or silent")
 )
 
 // NotLeaderError is returned when an operation that needs the leader runs on

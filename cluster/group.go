@@ -378,22 +378,39 @@ func (g *Group) RemoveServer(ctx context.Context, id string) error {
 var ErrTransferTried = errors.New("cluster: a leadership transfer to this voter was already tried in this term")
 
 // TransferLeadership hands leadership to a voter not yet tried in this
-// term and waits until it took it. Leader only.
+// term, on a node that is neither gone nor silent, and waits until it
+// took it. Leader only.
 func (g *Group) TransferLeadership(ctx context.Context) error {
 	servers, err := g.Servers(ctx)
 	if err != nil {
 		return err
 	}
+	unreachable := false
 	for _, s := range servers {
-		if s.Voter && s.ID != g.nodeID && g.claimTransfer(raft.ServerID(s.ID)) {
+		if !s.Voter || s.ID == g.nodeID {
+			continue
+		}
+		if !g.gate.mux.reachable(s.Address) {
+			unreachable = true
+			continue
+		}
+		if g.claimTransfer(raft.ServerID(s.ID)) {
 			return g.transfer(ctx, raft.ServerID(s.ID), raft.ServerAddress(s.Address))
 		}
+	}
+	if unreachable {
+		return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrUnreachable)
 	}
 	return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrTransferTried)
 }
 
 // TransferLeadershipTo hands leadership to the given voter. Leader only.
+// A voter on a node that is gone or silent (Mux.reachable) is refused at
+// once with ErrUnreachable.
 func (g *Group) TransferLeadershipTo(ctx context.Context, id, addr string) error {
+	if !g.gate.mux.reachable(addr) {
+		return fmt.Errorf("cluster: group %s: transfer leadership to %s: %w", g.id, id, ErrUnreachable)
+	}
 	if !g.claimTransfer(raft.ServerID(id)) {
 		return fmt.Errorf("cluster: group %s: transfer leadership to %s: %w", g.id, id, ErrTransferTried)
 	}

@@ -658,3 +658,69 @@ func TestTransferToEachVoterOnceATerm(t *testing.T) {
 		t.Fatal("a new term's leader could not transfer")
 	}
 }
+
+// A leadership transfer to a voter whose process is gone is refused at
+// once, and the leader goes on taking proposals. hashicorp/raft's own
+// transfer would wait for that voter to hold the leader's log, refusing
+// every proposal meanwhile, for an election timeout (here 20 s); and
+// TransferLeadership picks a voter that can take over instead.
+func TestTransferSkipsAGoneVoter(t *testing.T) {
+	nodes := quietNodes(t, time.Hour, 5*time.Minute) // awake groups
+	gs := startGroup(t, nodes, "gone", slowTimings(20*time.Second))
+	leader := waitLeader(t, gs)
+	dead, live := others(gs, leader)[0], others(gs, leader)[1]
+	if err := dead.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.node.mux.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the leader's node finding the dead member's process gone", func() bool {
+		return leader.node.mux.Gone(dead.node.addr())
+	})
+	// An entry the dead member does not hold: a transfer to it would wait
+	// for it to catch up.
+	if _, err := leader.Apply(ctxTimeout(t, 5*time.Second), []byte("behind")); err != nil {
+		t.Fatalf("apply with one member gone: %v", err)
+	}
+	err := leader.TransferLeadershipTo(ctxTimeout(t, 5*time.Second), dead.node.id, dead.node.addr())
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("transfer to a gone voter: %v, want ErrUnreachable", err)
+	}
+	if _, err := leader.Apply(ctxTimeout(t, 5*time.Second), []byte("still-leading")); err != nil {
+		t.Fatalf("apply after the refused transfer: %v", err)
+	}
+	if err := leader.TransferLeadership(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("transfer to the live voter: %v", err)
+	}
+	rest := []*testGroup{leader, live}
+	if got := waitLeader(t, rest); got != live {
+		t.Fatalf("led by %s after the transfer, want %s", got.node.id, live.node.id)
+	}
+	waitEntries(t, rest, []string{"behind", "still-leading"})
+}
+
+// A node whose heartbeat rounds have gone unanswered for a while is no
+// transfer target; one answered lately, or one this node sends no rounds
+// to, is.
+func TestReachableByRounds(t *testing.T) {
+	m := newTestNodes(t, 1)[0].mux
+	const addr = "127.0.0.1:1"
+	if !m.reachable(addr) {
+		t.Fatal("a node without rounds: unreachable")
+	}
+	// A sender that does not run: its pings, refused, would mark the
+	// node gone.
+	p := &hbPeer{h: m.hb, addr: addr}
+	m.hb.mu.Lock()
+	m.hb.peers[addr] = p
+	m.hb.mu.Unlock()
+	p.lastOK.Store(time.Now().UnixNano())
+	if !m.reachable(addr) {
+		t.Fatal("a node that answered a round just now: unreachable")
+	}
+	p.lastOK.Store(time.Now().Add(-2 * transferSilentAfter).UnixNano())
+	if m.reachable(addr) {
+		t.Fatal("a node silent for twice transferSilentAfter: reachable")
+	}
+}

@@ -268,6 +268,34 @@ func (g *Group) LeaderGone() bool {
 	return addr != "" && g.gate.mux.Gone(string(addr))
 }
 
+// transferSilentAfter is how long without an answered heartbeat round
+// makes a node silent to a leadership transfer (reachable).
+const transferSilentAfter = 2 * time.Second
+
+// reachable reports whether a leadership transfer to a member on the node
+// at Raft address addr could finish: the node is not gone, and if this
+// node sends it heartbeat rounds, one was answered within
+// transferSilentAfter. hashicorp/raft's transfer first waits for the
+// target to hold the leader's whole log, and refuses every proposal of
+// the group meanwhile, up to its election timeout: a transfer to a node
+// whose process died a moment ago (gossip still counts it alive, and a
+// new leader's first entry is not on it) made a partition refuse its
+// sends for 4 s at fabriqd's timings.
+func (m *Mux) reachable(addr string) bool {
+	if m.Gone(addr) {
+		return false
+	}
+	h := m.hb
+	h.mu.Lock()
+	p := h.peers[addr]
+	h.mu.Unlock()
+	if p == nil {
+		return true // no rounds to it: nothing known against it
+	}
+	ok := p.lastOK.Load()
+	return ok == 0 || time.Since(time.Unix(0, ok)) < transferSilentAfter
+}
+
 // Gone reports whether this node found the process of the node at Raft
 // address addr gone, and has heard nothing from it since (see LeaderGone).
 func (m *Mux) Gone(addr string) bool {
