@@ -71,7 +71,8 @@ var (
 	// (see Route for the order); the table is unchanged.
 	ErrStaleRoute = errors.New("cluster: stale route")
 	// ErrUnreachable is returned by Group.TransferLeadershipTo for a voter
-	// whose node this node found gone or has not heard from lately, and by
+	// whose node this node found gone, or whose heartbeat rounds failed and
+	// none was answered lately, and by
 	// Group.TransferLeadership when every other voter is such a one: a
 	// transfer to it could not finish, and hashicorp/raft refuses every
 	// proposal while one runs (up to its election timeout).

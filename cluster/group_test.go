@@ -700,9 +700,9 @@ func TestTransferSkipsAGoneVoter(t *testing.T) {
 	waitEntries(t, rest, []string{"behind", "still-leading"})
 }
 
-// A node whose heartbeat rounds have gone unanswered for a while is no
-// transfer target; one answered lately, or one this node sends no rounds
-// to, is.
+// A node whose last heartbeat round failed, with none answered for a
+// while, is no transfer target; one answered lately, one whose round is
+// only slow to be answered, and one this node sends no rounds to, are.
 func TestReachableByRounds(t *testing.T) {
 	m := newTestNodes(t, 1)[0].mux
 	const addr = "127.0.0.1:1"
@@ -715,12 +715,21 @@ func TestReachableByRounds(t *testing.T) {
 	m.hb.mu.Lock()
 	m.hb.peers[addr] = p
 	m.hb.mu.Unlock()
+	long := time.Now().Add(-2 * transferSilentAfter)
+	p.lastOK.Store(long.UnixNano())
+	if !m.reachable(addr) {
+		t.Fatal("a node whose round is slow to be answered (no failure since its last answer): unreachable")
+	}
+	p.lastFail.Store(time.Now().UnixNano())
+	if m.reachable(addr) {
+		t.Fatal("a node whose round failed, none answered for twice transferSilentAfter: reachable")
+	}
 	p.lastOK.Store(time.Now().UnixNano())
 	if !m.reachable(addr) {
 		t.Fatal("a node that answered a round just now: unreachable")
 	}
-	p.lastOK.Store(time.Now().Add(-2 * transferSilentAfter).UnixNano())
-	if m.reachable(addr) {
-		t.Fatal("a node silent for twice transferSilentAfter: reachable")
+	p.lastFail.Store(time.Now().UnixNano())
+	if !m.reachable(addr) {
+		t.Fatal("a node whose round failed right after one it answered: unreachable")
 	}
 }

@@ -518,8 +518,9 @@ type hbPeer struct {
 	h    *heartbeats
 	addr string
 	wake chan struct{}
-	// lastOK is when a round last succeeded (UnixNano).
-	lastOK atomic.Int64
+	// lastOK is when a round last succeeded, lastFail when one last
+	// failed (UnixNano).
+	lastOK, lastFail atomic.Int64
 
 	mu    sync.Mutex
 	queue []*hbCall
@@ -677,6 +678,7 @@ func (p *hbPeer) run() {
 				h.heardFrom(p.addr) // it answered: its process is there
 				continue
 			}
+			p.lastFail.Store(lastRound.UnixNano())
 			h.logger.Debug("heartbeat round failed", "peer", p.addr, "heartbeats", len(calls), "error", err)
 			for _, c := range calls {
 				c.done <- hbOutcome{err: fmt.Errorf("cluster: heartbeat to %s: %w", p.addr, err)}

@@ -268,19 +268,23 @@ func (g *Group) LeaderGone() bool {
 	return addr != "" && g.gate.mux.Gone(string(addr))
 }
 
-// transferSilentAfter is how long without an answered heartbeat round
-// makes a node silent to a leadership transfer (reachable).
+// transferSilentAfter is how long a node whose last heartbeat round
+// failed must have answered none to be silent to a leadership transfer
+// (reachable).
 const transferSilentAfter = 2 * time.Second
 
 // reachable reports whether a leadership transfer to a member on the node
-// at Raft address addr could finish: the node is not gone, and if this
-// node sends it heartbeat rounds, one was answered within
-// transferSilentAfter. hashicorp/raft's transfer first waits for the
-// target to hold the leader's whole log, and refuses every proposal of
-// the group meanwhile, up to its election timeout: a transfer to a node
-// whose process died a moment ago (gossip still counts it alive, and a
-// new leader's first entry is not on it) made a partition refuse its
-// sends for 4 s at fabriqd's timings.
+// at Raft address addr could finish: the node is not gone, and it is not
+// silent — its last heartbeat round from this node failed (timed out, or
+// its connection broke) and none succeeded for transferSilentAfter. A
+// round still waiting for its answer is not silence: under a burst of
+// elections a live node answers rounds seconds late, and a SIGTERM's
+// hand-over must still reach it. hashicorp/raft's transfer first waits
+// for the target to hold the leader's whole log, and refuses every
+// proposal of the group meanwhile, up to its election timeout: a transfer
+// to a node whose process died a moment ago (gossip still counts it
+// alive, and a new leader's first entry is not on it) made a partition
+// refuse its sends for 4 s at fabriqd's timings.
 func (m *Mux) reachable(addr string) bool {
 	if m.Gone(addr) {
 		return false
@@ -292,8 +296,8 @@ func (m *Mux) reachable(addr string) bool {
 	if p == nil {
 		return true // no rounds to it: nothing known against it
 	}
-	ok := p.lastOK.Load()
-	return ok == 0 || time.Since(time.Unix(0, ok)) < transferSilentAfter
+	ok, fail := p.lastOK.Load(), p.lastFail.Load()
+	return fail <= ok || time.Since(time.Unix(0, ok)) < transferSilentAfter
 }
 
 // Gone reports whether this node found the process of the node at Raft
