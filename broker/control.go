@@ -38,6 +38,13 @@ func (h host) LeaderOf(partition string) string {
 	return id
 }
 
+// InUse implements meta.Host: producers or consumers are attached to the
+// copy, which leads.
+func (h host) InUse(partition string) bool {
+	lp, ok := h.n.partition(partition)
+	return ok && lp.group.IsLeader() && lp.Attached()
+}
+
 // TransferLeadership implements meta.Host.
 func (h host) TransferLeadership(ctx context.Context, partition, member, addr string) error {
 	lp, ok := h.n.partition(partition)

@@ -483,6 +483,72 @@ func TestClusterBalancesLeaders(t *testing.T) {
 	}
 }
 
+// The leader balancing hands over idle partitions before busy ones: a
+// move interrupts a busy partition's sends, an idle one's costs nothing.
+// A node stopped and started again leads nothing; the other two, each
+// over its share, give it leaderships of idle partitions only, while the
+// busy stream's producer stays attached to its leaders.
+func TestClusterBalancingMovesIdlePartitionsFirst(t *testing.T) {
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	c := newClient(t, nodes[0].url())
+	// The busy stream's name sorts before the idle one's: moved in name
+	// order, its partitions would go first.
+	const busy, idle = "persistent://acme/prod/a-busy", "persistent://acme/prod/b-idle"
+	if err := createStream(ctx, c, busy, 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := createStream(ctx, c, idle, 12, 3); err != nil {
+		t.Fatal(err)
+	}
+	leaders := func(want func(map[string]int) bool, what string) map[string]string {
+		t.Helper()
+		for {
+			st, err := c.ClusterStatus(ctx)
+			count := map[string]int{}
+			byPartition := map[string]string{}
+			if err == nil {
+				for _, p := range st.Partitions {
+					count[p.Leader]++
+					byPartition[p.Partition] = p.Leader
+				}
+				if len(byPartition) == 15 && want(count) {
+					return byPartition
+				}
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: leaders per node %v (%v)", what, count, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	stopped := nodes[2]
+	if err := stopped.stop(); err != nil {
+		t.Fatal(err)
+	}
+	leaders(func(n map[string]int) bool { return n["n1"]+n["n2"] == 15 }, "every partition led by n1 and n2")
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: busy, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, failed := produceAll(ctx, t, p, 30, nil); len(failed) > 0 {
+		t.Fatal(failed[0])
+	}
+	before := leaders(func(n map[string]int) bool { return n["n1"]+n["n2"] == 15 }, "the busy stream attached")
+	stopped.restart(t)
+	after := leaders(func(n map[string]int) bool { return n["n1"] == 5 && n["n2"] == 5 && n["n3"] == 5 }, "balanced")
+	for part, l := range before {
+		if strings.HasPrefix(part, busy) && after[part] != l {
+			t.Errorf("busy partition %s moved from %s to %s, with idle partitions to move", part, l, after[part])
+		}
+	}
+	if _, failed := produceAll(ctx, t, p, 30, nil); len(failed) > 0 {
+		t.Fatal(failed[0])
+	}
+}
+
 // A node restarted with its data but at new addresses rejoins under its
 // identity: the others learn its new addresses, its replicas follow, and
 // no stale entry is left.

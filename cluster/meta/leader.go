@@ -294,6 +294,7 @@ func (s *Service) balance() {
 	replicas := map[string][]string{}
 	preferred := map[string][]string{}
 	members := map[string][]string{}
+	inUse := map[string]bool{}
 	regionOf := map[string]string{}
 	for _, n := range s.catalog.Nodes() {
 		regionOf[n.ID] = n.Region
@@ -306,6 +307,9 @@ func (s *Service) balance() {
 		for i, name := range names {
 			if id := s.cfg.Host.LeaderOf(name); id != "" && i < len(st.Placement) {
 				leaders[name] = id
+				if id == s.cfg.Self.ID && s.cfg.Host.InUse(name) {
+					inUse[name] = true
+				}
 				replicas[name] = st.Placement[i]
 				members[name] = st.Members(i)
 				if st.LeaderRegion != "" {
@@ -314,7 +318,7 @@ func (s *Service) balance() {
 			}
 		}
 	}
-	moves := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, preferred, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID), balanceMovesPerRound)
+	moves := BalanceLeaders(s.cfg.Self.ID, leaders, replicas, preferred, LiveNodes(s.cfg.Gossip.Members(), s.cfg.Self.ID), inUse, balanceMovesPerRound)
 	var g errgroup.Group
 	g.SetLimit(balanceMovesAtOnce)
 	var done atomic.Int64

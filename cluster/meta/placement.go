@@ -124,8 +124,11 @@ type LeaderMove struct {
 // partition with a leader region, is there. leaders maps partition to
 // leading node; replicas maps partition to its replicas' nodes; preferred
 // maps a partition with a leader region to its replicas' nodes there;
-// live lists the live nodes.
-func BalanceLeaders(self string, leaders map[string]string, replicas, preferred map[string][]string, live []string, limit int) []LeaderMove {
+// live lists the live nodes. Partitions in use (clients attached: inUse)
+// are picked after every idle one: a move interrupts a busy partition's
+// sends for a moment and spreads busy partitions no better, while an
+// idle one's costs nothing.
+func BalanceLeaders(self string, leaders map[string]string, replicas, preferred map[string][]string, live []string, inUse map[string]bool, limit int) []LeaderMove {
 	if len(live) == 0 {
 		return nil
 	}
@@ -139,7 +142,15 @@ func BalanceLeaders(self string, leaders map[string]string, replicas, preferred 
 			parts = append(parts, p)
 		}
 	}
-	slices.Sort(parts)
+	slices.SortFunc(parts, func(a, b string) int {
+		if inUse[a] != inUse[b] {
+			if inUse[a] {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
 	fewest := func(p string, ok func(string) bool) string {
 		var to string
 		for _, r := range replicas[p] {

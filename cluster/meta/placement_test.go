@@ -70,22 +70,25 @@ func TestBalanceLeaders(t *testing.T) {
 		leaders   map[string]string
 		preferred map[string][]string
 		live      []string
+		inUse     map[string]bool
 		want      []LeaderMove
 	}{
-		{"a leads all: two go, one to each replica leading fewest", map[string]string{"p0": "a", "p1": "a", "p2": "a"}, nil, live,
+		{"a leads all: two go, one to each replica leading fewest", map[string]string{"p0": "a", "p1": "a", "p2": "a"}, nil, live, nil,
 			[]LeaderMove{{Partition: "p0", To: "b"}, {Partition: "p1", To: "c"}}},
-		{"balanced", map[string]string{"p0": "a", "p1": "b", "p2": "c"}, nil, live, nil},
-		{"the only lighter node is dead", map[string]string{"p0": "a", "p1": "a", "p2": "b"}, nil, []string{"a", "b"}, nil},
-		{"no live nodes", map[string]string{"p0": "a"}, nil, nil, nil},
+		{"balanced", map[string]string{"p0": "a", "p1": "b", "p2": "c"}, nil, live, nil, nil},
+		{"the only lighter node is dead", map[string]string{"p0": "a", "p1": "a", "p2": "b"}, nil, []string{"a", "b"}, nil, nil},
+		{"no live nodes", map[string]string{"p0": "a"}, nil, nil, nil, nil},
 		{"balanced, but p1 is led away from its leader region", map[string]string{"p0": "b", "p1": "a", "p2": "c"},
-			map[string][]string{"p1": {"c"}}, live, one("p1", "c")},
+			map[string][]string{"p1": {"c"}}, live, nil, one("p1", "c")},
 		{"led away from its leader region, which is down", map[string]string{"p0": "b", "p1": "a", "p2": "c"},
-			map[string][]string{"p1": {"c"}}, []string{"a", "b"}, nil},
+			map[string][]string{"p1": {"c"}}, []string{"a", "b"}, nil, nil},
 		{"a leads too much, but never moves a partition out of its leader region", map[string]string{"p0": "a", "p1": "a", "p2": "a"},
-			map[string][]string{"p0": {"a"}, "p1": {"a", "c"}}, live, []LeaderMove{{Partition: "p1", To: "c"}, {Partition: "p2", To: "b"}}},
+			map[string][]string{"p0": {"a"}, "p1": {"a", "c"}}, live, nil, []LeaderMove{{Partition: "p1", To: "c"}, {Partition: "p2", To: "b"}}},
+		{"a leads all, p0 and p1 in use: the idle p2 goes first, then p0", map[string]string{"p0": "a", "p1": "a", "p2": "a"}, nil, live,
+			map[string]bool{"p0": true, "p1": true}, []LeaderMove{{Partition: "p2", To: "b"}, {Partition: "p0", To: "c"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := BalanceLeaders("a", tc.leaders, replicas, tc.preferred, tc.live, 10)
+			got := BalanceLeaders("a", tc.leaders, replicas, tc.preferred, tc.live, tc.inUse, 10)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("moves %+v, want %+v", got, tc.want)
 			}
@@ -105,7 +108,7 @@ func TestBalanceLeadersInRounds(t *testing.T) {
 	}
 	rounds := 0
 	for ; rounds < 100; rounds++ {
-		moves := BalanceLeaders("a", leaders, replicas, nil, live, 64)
+		moves := BalanceLeaders("a", leaders, replicas, nil, live, nil, 64)
 		if len(moves) == 0 {
 			break
 		}

@@ -63,6 +63,10 @@ type Host interface {
 	// LeaderOf returns the node leading a partition as this node knows
 	// it (from its own copy, or from gossip's routes); "" if none.
 	LeaderOf(partition string) string
+	// InUse reports whether clients are attached to this node's copy of
+	// a partition, which leads it (producers or consumers): the leader
+	// balancing moves such partitions last.
+	InUse(partition string) bool
 	// TransferLeadership hands the leadership of this node's copy of a
 	// partition, which must lead, to member at its node's Raft address.
 	TransferLeadership(ctx context.Context, partition, member, addr string) error

@@ -100,6 +100,8 @@ func (h *fakeHost) LeaderOf(p string) string {
 	return ""
 }
 
+func (h *fakeHost) InUse(string) bool { return false }
+
 func (h *fakeHost) TransferLeadership(context.Context, string, string, string) error { return nil }
 
 func (h *fakeHost) CatalogChanged() {
