@@ -72,8 +72,8 @@ var (
 	ErrStaleRoute = errors.New("cluster: stale route")
 	// ErrUnreachable is returned by Group.TransferLeadershipTo for a voter
 	// whose node this node found gone, or whose heartbeat rounds failed and
-	// none was answered lately, and by
-	// Group.TransferLeadership when every other voter is such a one: a
+	// none was answered lately, and by Group.TransferLeadership when no
+	// other voter could be tried and at least one is such a one: a
 	// transfer to it could not finish, and hashicorp/raft refuses every
 	// proposal while one runs (up to its election timeout).
 	ErrUnreachable = errors.New("cluster: the voter's node is gone or silent")
