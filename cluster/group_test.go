@@ -733,3 +733,31 @@ func TestReachableByRounds(t *testing.T) {
 		t.Fatal("a node whose round failed right after one it answered: unreachable")
 	}
 }
+
+// A vote request whose pooled connection the voter's side closed (its
+// group was reopened, as after its node restarted) is asked again on a
+// fresh one: it reaches the voter instead of failing, which Raft would
+// count as a refused vote.
+func TestVoteRequestOutlivesAReopenedVoter(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "votes", slowTimings(20*time.Second))
+	leader := waitLeader(t, gs)
+	asker, voter := others(gs, leader)[0], others(gs, leader)[1]
+	ask := func() error {
+		req := &raft.RequestVoteRequest{RPCHeader: asker.gate.header(), Term: asker.Term()}
+		var resp raft.RequestVoteResponse
+		return asker.gate.RequestVote(raft.ServerID(voter.node.id), raft.ServerAddress(voter.node.addr()), req, &resp)
+	}
+	// The answer (refused: the voter knows its leader) leaves the
+	// connection in the asker's pool.
+	if err := ask(); err != nil {
+		t.Fatal(err)
+	}
+	if err := voter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	openTestGroup(t, voter.node, "votes", newTestFSM(filepath.Join(voter.node.dir, "votes-stage-2"), true), slowTimings(20*time.Second))
+	if err := ask(); err != nil {
+		t.Fatalf("a vote request after the voter's group was reopened: %v", err)
+	}
+}
