@@ -30,21 +30,6 @@ func rawConn(ctx context.Context, t *testing.T, addr string) *transport.Conn {
 	return conn
 }
 
-// next reads frames until one is not a Ping (answered) and returns it.
-func next(t *testing.T, conn *transport.Conn) transport.Command {
-	t.Helper()
-	for {
-		cmd, err := conn.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := cmd.(*transport.Ping); ok {
-			continue
-		}
-		return cmd
-	}
-}
-
 // SUB-6: Subscribe is idempotent on one connection for one consumer id.
 // SH-2: a consumer gets nothing before it grants permits, then exactly as
 // many messages as it granted.
@@ -62,7 +47,7 @@ func TestSubscribeIdempotentAndPermits(t *testing.T) {
 		if err := conn.Send(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
-		if r, ok := next(t, conn).(*transport.SubscribeReady); !ok || r.RequestID != rid+1 {
+		if r, ok := nextFrame(ctx, t, conn).(*transport.SubscribeReady); !ok || r.RequestID != rid+1 {
 			t.Fatalf("subscribe %d answered %#v", rid+1, r)
 		}
 	}
@@ -82,7 +67,7 @@ func TestSubscribeIdempotentAndPermits(t *testing.T) {
 	}
 	got := 0
 	for got < 2 {
-		m, ok := next(t, conn).(*transport.Message)
+		m, ok := nextFrame(ctx, t, conn).(*transport.Message)
 		if !ok {
 			t.Fatalf("expected messages, got %#v", m)
 		}
