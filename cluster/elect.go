@@ -110,6 +110,16 @@ func (g *voteGate) kick(r *raft.Raft) bool {
 // watchPreVote passes a pre-vote request of candidate's on to Raft and
 // watches its answer (standAhead).
 func (g *voteGate) watchPreVote(rpc raft.RPC, candidate raft.ServerID) raft.RPC {
+	return g.watch(rpc, func(a raft.RPCResponse) {
+		if resp, ok := a.Response.(*raft.RequestPreVoteResponse); ok && a.Error == nil && !resp.Granted {
+			g.standAhead(candidate)
+		}
+	})
+}
+
+// watch returns rpc with its answer passed on to the asker, then to
+// answered. The caller is the gate's loop.
+func (g *voteGate) watch(rpc raft.RPC, answered func(raft.RPCResponse)) raft.RPC {
 	answer := make(chan raft.RPCResponse, 1)
 	to := rpc.RespChan
 	rpc.RespChan = answer
@@ -123,9 +133,7 @@ func (g *voteGate) watchPreVote(rpc raft.RPC, candidate raft.ServerID) raft.RPC 
 			case <-g.stop:
 				return
 			}
-			if resp, ok := a.Response.(*raft.RequestPreVoteResponse); ok && a.Error == nil && !resp.Granted {
-				g.standAhead(candidate)
-			}
+			answered(a)
 		case <-g.stop:
 		}
 	}()
@@ -208,9 +216,9 @@ func (g *voteGate) kickAhead(r *raft.Raft) {
 }
 
 // firstBut returns first over the voters of r's configuration other than
-// but, and whether but is a voter; empty when the configuration cannot be
-// read or leaves no other voter.
-func firstBut(group string, r *raft.Raft, but raft.ServerID) (id raft.ServerID, butVotes bool) {
+// but (and the others given), and whether but is a voter; empty when the
+// configuration cannot be read or leaves no other voter.
+func firstBut(group string, r *raft.Raft, but raft.ServerID, others ...raft.ServerID) (id raft.ServerID, butVotes bool) {
 	f := r.GetConfiguration() // answered at once, from memory
 	if f.Error() != nil {
 		return "", false
@@ -221,6 +229,7 @@ func firstBut(group string, r *raft.Raft, but raft.ServerID) (id raft.ServerID, 
 		case s.Suffrage != raft.Voter:
 		case s.ID == but:
 			butVotes = true
+		case slices.Contains(others, s.ID):
 		default:
 			voters = append(voters, s.ID)
 		}

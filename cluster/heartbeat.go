@@ -128,8 +128,9 @@ type heartbeats struct {
 	// stoodFirst counts the first members that stood at once (elect.go);
 	// late the heartbeats their follower took late (errHeartbeatLate);
 	// stoodForGone the successors that stood for a leader whose process
-	// was gone (successor.go).
-	stoodFirst, late, stoodForGone, stoodAhead atomic.Int64
+	// was gone, stoodOverLagging the followers that stood over a lagging
+	// one (successor.go).
+	stoodFirst, late, stoodForGone, stoodAhead, stoodOverLagging atomic.Int64
 	// idleAppends counts the appends that told a follower nothing new,
 	// not sent (pipeline.go); local the heartbeats answered locally.
 	idleAppends, local atomic.Int64
@@ -167,6 +168,10 @@ type HeartbeatStats struct {
 	// knowing no leader, after they refused a voter's pre-vote: their log
 	// was newer than the candidate's (elect.go).
 	StoodAhead int64
+	// StoodOverLagging is the followers here that stood for election at
+	// once, their leader's process gone, after they refused the vote of
+	// a successor whose log was behind theirs (successor.go).
+	StoodOverLagging int64
 }
 
 // HeartbeatStats returns what the mux's coalesced heartbeats did.
@@ -175,6 +180,7 @@ func (m *Mux) HeartbeatStats() HeartbeatStats {
 	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
 		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(), StoodForGone: h.stoodForGone.Load(), StoodAhead: h.stoodAhead.Load(),
+		StoodOverLagging: h.stoodOverLagging.Load(),
 	}
 	for _, g := range h.registered() {
 		if g.quiet.leading.Load() {

@@ -61,6 +61,7 @@ func heartbeatTotals(nodes []*testNode) HeartbeatStats {
 		s.StoodFirst += h.StoodFirst
 		s.StoodAhead += h.StoodAhead
 		s.StoodForGone += h.StoodForGone
+		s.StoodOverLagging += h.StoodOverLagging
 	}
 
 	return s

@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -417,4 +420,144 @@ func TestProbeFindsAResetPortGone(t *testing.T) {
 	if !gone[live].IsZero() {
 		t.Error("a port that holds the connections it accepts: found gone")
 	}
+}
+
+// A follower that refuses the vote of its group's successor, whose log is
+// behind its own (the last append reached only this follower before the
+// leader's process died), stands at once and is elected: it does not wait
+// out its heartbeat timeout (20 s here, twice what waitLeader waits),
+// having heard from the dead leader a moment ago.
+func TestFollowerStandsOverALaggingSuccessor(t *testing.T) {
+	var held []*groupHold // by node
+	nodes := newTestNodesWith(t, 3, func(m *Mux) {
+		m.hb.quietAfter = time.Hour // awake groups
+		m.hb.followerTimeout = 5 * time.Minute
+		h := &groupHold{group: "lagging"}
+		m.ln = &holdListener{Listener: m.ln, hold: h}
+		held = append(held, h)
+	})
+	g := startGroup(t, nodes, "lagging", slowTimings(20*time.Second))
+	leader := waitLeader(t, g)
+	applyAll(t, []*testGroup{leader}, "first")
+	waitEntries(t, g, []string{"first"})
+	var succ, other *testGroup
+	var rest []raft.ServerID
+	for _, m := range membersBut(g, leader.node) {
+		rest = append(rest, raft.ServerID(m.node.id))
+	}
+	for _, m := range membersBut(g, leader.node) {
+		if raft.ServerID(m.node.id) == first(m.ID(), rest) {
+			succ = m
+		} else {
+			other = m
+		}
+	}
+	// The successor's node takes nothing more of the leader's in the
+	// group.
+	held[slices.Index(nodes, succ.node)].holdFrom(leader.node.addr())
+	if _, err := leader.Apply(ctxTimeout(t, 5*time.Second), []byte("late")); err != nil {
+		t.Fatalf("apply with the successor held back: %v", err)
+	}
+	waitEntries(t, []*testGroup{leader, other}, []string{"first", "late"})
+	if s, o := succ.raft.LastIndex(), other.raft.LastIndex(); s >= o {
+		t.Fatalf("the successor holds index %d, the other follower %d: not behind", s, o)
+	}
+	if err := leader.node.mux.Close(); err != nil { // the leader's process goes
+		t.Fatal(err)
+	}
+	pair := []*testGroup{succ, other}
+	if got := waitLeader(t, pair); got != other {
+		t.Fatalf("led by %s, want %s, whose log the successor's lacked", got.node.id, other.node.id)
+	}
+	if n := heartbeatTotals([]*testNode{other.node}).StoodOverLagging; n != 1 {
+		t.Errorf("the follower stood %d times over the lagging successor, want 1", n)
+	}
+	if n := heartbeatTotals([]*testNode{succ.node}).StoodForGone; n != 1 {
+		t.Errorf("the successor stood %d times, want 1", n)
+	}
+	waitEntries(t, pair, []string{"first", "late"})
+}
+
+// groupHold makes a node's listener drop what one member sends it in one
+// group, from when it is set: a member whose appends do not arrive. The
+// group's heartbeats travel over the node's own connections, and go on.
+type groupHold struct {
+	group string
+	from  atomic.Pointer[string] // the sender's Raft address
+}
+
+// holdFrom drops, from now on, the group's requests from the member at
+// Raft address addr.
+func (h *groupHold) holdFrom(addr string) { h.from.Store(&addr) }
+
+// holdListener wraps the accepted connections in holdConns.
+type holdListener struct {
+	net.Listener
+	hold *groupHold
+}
+
+func (l *holdListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &holdConn{Conn: c, hold: l.hold}, nil
+}
+
+// holdConn reads the mux's header through (the mux reads it in reads of
+// its exact parts); past it, a connection of the held group is closed, for
+// good, at the first read that carries the held sender's address: every
+// request carries its sender's in its RPC header.
+type holdConn struct {
+	net.Conn
+	hold    *groupHold
+	header  []byte // read so far, until it is whole
+	whole   bool
+	group   bool   // the header names the held group
+	tail    []byte // the end of the last read, for an address split between two
+	dropped bool
+}
+
+func (c *holdConn) Read(p []byte) (int, error) {
+	if c.dropped {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := c.Conn.Read(p)
+	if !c.whole {
+		c.header = append(c.header, p[:n]...)
+		if headerWhole(c.header) {
+			c.whole = true
+			fixed := len(headerMagic) + 2
+			c.group = string(c.header[fixed:fixed+int(c.header[fixed-1])]) == c.hold.group
+		}
+		return n, err
+	}
+	from := c.hold.from.Load()
+	if !c.group || from == nil || n == 0 {
+		return n, err
+	}
+	seen := append(c.tail, p[:n]...)
+	if bytes.Contains(seen, []byte(*from)) {
+		c.dropped = true
+		c.Conn.Close()
+		return 0, io.ErrUnexpectedEOF
+	}
+	c.tail = append(c.tail[:0], seen[max(0, len(seen)-len(*from)):]...)
+	return n, err
+}
+
+// headerWhole reports whether b holds a whole mux header.
+func headerWhole(b []byte) bool {
+	fixed := len(headerMagic) + 2
+	if len(b) < fixed {
+		return false
+	}
+	size := fixed + int(b[fixed-1])
+	if b[len(headerMagic)] == HeaderMemberVersion {
+		if len(b) < size+1 {
+			return false
+		}
+		size += 1 + int(b[size])
+	}
+	return len(b) >= size
 }

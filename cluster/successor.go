@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -186,16 +187,19 @@ func (g *voteGate) succeed(under string) {
 	}
 	if !g.stand(r, under) {
 		g.wake(under, true)
+		g.standOverLagging()
 	}
 }
 
 // succeedAwake is the tick's for a follower that is not quiet while some
 // nodes are gone: it stands if its leader is on one of them and it is its
-// group's successor; otherwise its own timeout runs on, as before.
+// group's successor, or over a lagging successor whose vote it refused
+// (standOverLagging); otherwise its own timeout runs on, as before.
 func (g *voteGate) succeedAwake(r *raft.Raft, gone map[string]time.Time) {
-	if addr, _ := r.LeaderWithID(); addr != "" && !gone[string(addr)].IsZero() {
-		g.stand(r, string(addr))
+	if addr, _ := r.LeaderWithID(); addr != "" && !gone[string(addr)].IsZero() && g.stand(r, string(addr)) {
+		return
 	}
+	g.standOverLagging() // its leader may be forgotten: it refused a newer term's vote
 }
 
 // stand makes this follower stand for election now, as a member told to
@@ -211,8 +215,19 @@ func (g *voteGate) stand(r *raft.Raft, under string) bool {
 	if string(addr) != under || id == "" || g.retired.Load() || g.mux.hb.leaving.Load() || successor(g.group, r, id) != g.local {
 		return false
 	}
+	if g.timeoutNow(addr, id) {
+		g.mux.hb.stoodForGone.Add(1)
+	}
+	return true
+}
+
+// timeoutNow hands Raft a TimeoutNow as if from its leader id at addr:
+// Raft stands at once, its vote requests marked as a leadership transfer.
+// It reports whether it handed one over (not when one is under way, or
+// the gate closes).
+func (g *voteGate) timeoutNow(addr raft.ServerAddress, id raft.ServerID) bool {
 	if !g.standing.CompareAndSwap(false, true) {
-		return true // handed over, not taken yet
+		return false // handed over, not taken yet
 	}
 	answered := make(chan raft.RPCResponse, 1)
 	rpc := raft.RPC{
@@ -224,9 +239,9 @@ func (g *voteGate) stand(r *raft.Raft, under string) bool {
 	g.quiet.mu.Lock()
 	defer g.quiet.mu.Unlock()
 	if g.quiet.closed {
-		return true
+		g.standing.Store(false)
+		return false
 	}
-	g.mux.hb.stoodForGone.Add(1)
 	g.wg.Add(1)
 	go func() { // Raft's main loop takes it when it is free
 		defer g.wg.Done()
@@ -241,6 +256,106 @@ func (g *voteGate) stand(r *raft.Raft, under string) bool {
 		g.standing.Store(false)
 	}()
 	return true
+}
+
+// watchVote passes a vote request on to Raft; one marked as a leadership
+// transfer it watches (standOverLagging).
+func (g *voteGate) watchVote(rpc raft.RPC, req *raft.RequestVoteRequest) raft.RPC {
+	r := g.raft.Load()
+	if !req.LeadershipTransfer || r == nil {
+		return rpc
+	}
+	// The leader known before Raft takes the request: a vote request of a
+	// newer term makes Raft forget it.
+	refused := &refusedTransfer{req: *req} // Raft is done with req once it answered, the watcher not
+	refused.leaderAddr, refused.leaderID = r.LeaderWithID()
+	return g.watch(rpc, func(a raft.RPCResponse) {
+		if resp, ok := a.Response.(*raft.RequestVoteResponse); ok && a.Error == nil && !resp.Granted && refused.leaderAddr != "" {
+			g.refusedTransfer.Store(refused)
+			g.standOverLagging()
+		}
+	})
+}
+
+// refusedTransfer is a vote request marked as a leadership transfer that
+// a member refused, with the leader it knew then.
+type refusedTransfer struct {
+	req        raft.RequestVoteRequest
+	leaderAddr raft.ServerAddress
+	leaderID   raft.ServerID
+}
+
+// standOverLagging makes a follower whose leader's process is gone stand
+// now, after it refused the vote of a successor (a vote request marked as
+// a leadership transfer) whose log is behind its own: that successor
+// cannot be elected without this vote in a group of three, and this
+// follower, which heard from the leader within its heartbeat timeout,
+// would otherwise stand only when that timeout ran out. A busy
+// partition's successor one entry behind the other follower (its last
+// append had reached only that one when the leader's process died) made
+// a failover take 3.3 s instead of 20 ms in the 1,000-partition
+// benchmark. The follower stands as the successor does, through a
+// TimeoutNow, so that the lagging successor, a candidate that knows no
+// leader, grants it. It runs when the vote is refused and at the ticks
+// while nodes are gone: this node may find the leader's process gone
+// after the successor did. The refusers agree on an order as in
+// standAhead, over the voters other than the candidate and the gone
+// leader; a refuser stands only while the election it refused is the
+// latest it knows (no other refuser stood since), and at most once a
+// heartbeat timeout.
+func (g *voteGate) standOverLagging() {
+	rt := g.refusedTransfer.Load()
+	r := g.raft.Load()
+	if rt == nil || !g.mayStandOver(r, rt) {
+		return
+	}
+	now, last := time.Now().UnixNano(), g.aheadAt.Load()
+	if now-last < int64(g.quiet.base.HeartbeatTimeout) || !g.aheadAt.CompareAndSwap(last, now) {
+		return
+	}
+	g.refusedTransfer.CompareAndSwap(rt, nil)
+	if first, _ := firstBut(g.group, r, raft.ServerID(rt.req.ID), rt.leaderID); first == g.local {
+		if g.timeoutNow(rt.leaderAddr, rt.leaderID) {
+			g.mux.hb.stoodOverLagging.Add(1)
+		}
+		return
+	}
+	stagger := aheadStagger(g.quiet.base.HeartbeatTimeout)
+	g.wg.Add(1) // on a goroutine the gate's Close waits for
+	go func() {
+		defer g.wg.Done()
+		t := time.NewTimer(stagger)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			if g.mayStandOver(r, rt) && g.timeoutNow(rt.leaderAddr, rt.leaderID) {
+				g.mux.hb.stoodOverLagging.Add(1)
+			}
+		case <-g.stop:
+		}
+	}()
+}
+
+// mayStandOver reports whether r may stand over the candidate of a
+// transfer vote it refused: r is a follower, not retired and not on a
+// stopping node, that knows no leader or the one it knew then, whose node
+// is gone; it is still in the term of the request, and its log is newer
+// than the candidate's.
+func (g *voteGate) mayStandOver(r *raft.Raft, rt *refusedTransfer) bool {
+	if r == nil || r.State() != raft.Follower || g.retired.Load() || g.mux.hb.leaving.Load() {
+		return false
+	}
+	if addr, _ := r.LeaderWithID(); (addr != "" && addr != rt.leaderAddr) || !g.mux.Gone(string(rt.leaderAddr)) {
+		return false
+	}
+	st := r.Stats() // from memory; only after a refused transfer vote
+	term, err1 := strconv.ParseUint(st["term"], 10, 64)
+	lastIndex, err2 := strconv.ParseUint(st["last_log_index"], 10, 64)
+	lastTerm, err3 := strconv.ParseUint(st["last_log_term"], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || term != rt.req.Term {
+		return false
+	}
+	return lastTerm > rt.req.LastLogTerm || (lastTerm == rt.req.LastLogTerm && lastIndex > rt.req.LastLogIndex)
 }
 
 // Leave tells the mux that its node is stopping: its quiet followers no

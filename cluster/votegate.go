@@ -78,8 +78,12 @@ type voteGate struct {
 	// waits for Raft to take it (successor.go).
 	standing atomic.Bool
 	// aheadAt is when this member last stood after it refused a pre-vote
-	// (standAhead; UnixNano).
+	// or a lagging successor's vote (standAhead, standOverLagging;
+	// UnixNano).
 	aheadAt atomic.Int64
+	// refusedTransfer is the last vote request marked as a leadership
+	// transfer this member refused (standOverLagging).
+	refusedTransfer atomic.Pointer[refusedTransfer]
 	// catchUps, on a leader: per follower, whether its next idle append
 	// goes (pipeline.go).
 	catchUpMu sync.Mutex
@@ -265,6 +269,8 @@ func (g *voteGate) loop() {
 		case *raft.RequestVoteRequest:
 			if refused = !g.meantFor(req); refused {
 				rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}, nil)
+			} else {
+				rpc = g.watchVote(rpc, req)
 			}
 		case *raft.TimeoutNowRequest:
 			if refused = !g.member(); refused {
