@@ -29,6 +29,8 @@ type clusterNode struct {
 	dir    string
 	gossip string
 	args   []string
+	// past holds the node's processes before its restarts.
+	past []*node
 }
 
 // startCluster starts n nodes that bootstrap together by gossip, each
@@ -79,12 +81,26 @@ func startClusterPer(t testing.TB, dirs []string, perNode func(i int) []string, 
 	for _, cn := range nodes {
 		cn.waitReady()
 	}
+	// Before every node's own cleanup, which prints its last lines.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs := map[string][]string{}
+		for _, cn := range nodes {
+			for _, n := range append(slices.Clone(cn.past), cn.node) {
+				logs[cn.id] = append(logs[cn.id], n.logs.String())
+			}
+		}
+		t.Logf("the cluster's logs in short:\n%s", digest(logs))
+	})
 	return nodes
 }
 
 // restart starts a stopped node again with its data and addresses.
 func (cn *clusterNode) restart(t testing.TB) {
 	t.Helper()
+	cn.past = append(cn.past, cn.node)
 	cn.node = startNode(t, cn.id, cn.dir, cn.args...)
 }
 

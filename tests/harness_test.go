@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,4 +287,59 @@ func ensureFabric(ctx context.Context, c *client.Client, stream string) error {
 		return err
 	}
 	return nil
+}
+
+// digest summarises the logs of a test cluster's nodes for a failed test,
+// ahead of each node's last lines: per node, its warnings and errors
+// counted by message; then every metadata-group election the nodes
+// logged, in time order. What held a test up for minutes (a metadata
+// group without a leader, a node failing one call over and over) shows
+// here when the last lines have scrolled past it.
+func digest(logs map[string][]string) string {
+	var b strings.Builder
+	var elections []string
+	ids := slices.Sorted(maps.Keys(logs))
+	for _, id := range ids {
+		counts := map[string]int{}
+		for _, text := range logs[id] {
+			for line := range strings.SplitSeq(text, "\n") {
+				var rec struct {
+					Time, Level, Msg, Group string
+					Term                    json.Number
+				}
+				if json.Unmarshal([]byte(line), &rec) != nil {
+					continue
+				}
+				if rec.Level == "WARN" || rec.Level == "ERROR" {
+					if len(rec.Msg) > 100 {
+						rec.Msg = rec.Msg[:100] + "…"
+					}
+					counts[rec.Level+" "+rec.Msg]++
+				}
+				if rec.Group == "_meta" && (rec.Msg == "entering candidate state" || rec.Msg == "election won") {
+					elections = append(elections, fmt.Sprintf("%s %s %s term %s", rec.Time, id, rec.Msg, rec.Term))
+				}
+			}
+		}
+		msgs := slices.Sorted(maps.Keys(counts))
+		slices.SortStableFunc(msgs, func(a, b string) int { return counts[b] - counts[a] })
+		fmt.Fprintf(&b, "%s:", id)
+		for i, m := range msgs {
+			if i == 12 {
+				fmt.Fprintf(&b, " (%d more)", len(msgs)-i)
+				break
+			}
+			fmt.Fprintf(&b, " %d× %q;", counts[m], m)
+		}
+		b.WriteString("\n")
+	}
+	slices.Sort(elections)
+	if len(elections) > 40 {
+		fmt.Fprintf(&b, "(%d earlier metadata elections)\n", len(elections)-40)
+		elections = elections[len(elections)-40:]
+	}
+	for _, e := range elections {
+		b.WriteString(e + "\n")
+	}
+	return b.String()
 }

@@ -290,6 +290,7 @@ func TestBadNamesTouchNothing(t *testing.T) {
 		}
 	}
 	for _, n := range nodes {
+		n.past = append(n.past, n.node)
 		n.node = launch(t, n.id, n.dir, n.args...)
 	}
 	for _, n := range nodes {

@@ -99,6 +99,7 @@ func TestPowerLossKeepsAcknowledged(t *testing.T) {
 	// Back on what the disks kept.
 	for i, cn := range nodes {
 		cn.dir = disks[i]
+		cn.past = append(cn.past, cn.node)
 		cn.node = launch(t, cn.id, cn.dir, cn.args...)
 	}
 	for _, cn := range nodes {

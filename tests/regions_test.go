@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fabriq-io/fabriq/client"
+	"github.com/fabriq-io/fabriq/transport"
 )
 
 // Nodes in three regions (n1 in eu; n2 to n5 in us; n6 in ap): a
@@ -29,7 +30,12 @@ func TestRegions(t *testing.T) {
 		regionOf[n.id] = regions[i]
 	}
 	ctx := testContext(t, 3*time.Minute)
+	// Each step's start, in the output of a failed run: where the three
+	// minutes went.
+	start := time.Now()
+	step := func(what string) { t.Logf("%6.2fs %s", time.Since(start).Seconds(), what) }
 	c := newClient(t, clusterURL(nodes))
+	step("tenant and fabric")
 	if err := c.CreateTenant(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +73,7 @@ func TestRegions(t *testing.T) {
 	}
 
 	// Global: every partition in both regions, none in ap.
+	step("global stream")
 	const global = "persistent://acme/west/global"
 	if err := c.CreateStream(ctx, global, 3, 0); err != nil {
 		t.Fatal(err)
@@ -79,6 +86,7 @@ func TestRegions(t *testing.T) {
 	// A fabric of every region (public/default): each of the three holds
 	// a replica of every partition.
 	const everywhere = "persistent://public/default/everywhere"
+	step("stream of every region")
 	if err := c.CreateStream(ctx, everywhere, 2, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -88,12 +96,14 @@ func TestRegions(t *testing.T) {
 		}
 	}
 	// Too few nodes where a local stream may go: refused, clearly.
-	if err := c.CreateStream(ctx, "persistent://acme/west/big", 1, 2, client.WithLocal("eu")); err == nil {
-		t.Fatal("two replicas local to a region of one node were accepted")
+	step("local stream too big for its region")
+	if err := c.CreateStream(ctx, "persistent://acme/west/big", 1, 2, client.WithLocal("eu")); transport.CodeOf(err) != transport.CodeInvalidArgument {
+		t.Fatalf("two replicas local to a region of one node: %v, want an invalid argument", err)
 	}
 
 	// Leader region: leadership goes to n1, and comes back to it.
 	const led = "persistent://acme/west/led"
+	step("stream with a leader region")
 	if err := c.CreateStream(ctx, led, 1, 3, client.WithLeaderRegion("eu")); err != nil {
 		t.Fatal(err)
 	}
@@ -106,14 +116,17 @@ func TestRegions(t *testing.T) {
 	}
 	eventually(ctx, t, "the leader in eu", func() bool { return leaderOf() == "n1" })
 	n1 := nodes[0]
+	step("n1 killed")
 	n1.kill()
 	eventually(ctx, t, "a leader in us while eu is down", func() bool { return regionOf[leaderOf()] == "us" })
+	step("n1 restarted")
 	n1.restart(t)
 	eventually(ctx, t, "the leader back in eu", func() bool { return leaderOf() == "n1" })
 
 	// Local: in us, and still in us after one of its nodes dies and the
 	// replica moves.
 	const local = "persistent://acme/west/local"
+	step("local stream")
 	if err := c.CreateStream(ctx, local, 1, 3, client.WithLocal("us")); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +135,7 @@ func TestRegions(t *testing.T) {
 		t.Fatalf("the local stream is in %v", rs)
 	}
 	victim := byID(nodes, info.Partitions[0].Replicas[0])
+	step(victim.id + " killed")
 	victim.kill()
 	eventually(ctx, t, "the local stream's replica to move", func() bool {
 		info, err := c.DescribeStream(ctx, local)
