@@ -190,7 +190,8 @@ func (g *voteGate) standAhead(candidate raft.ServerID) {
 
 // aheadStagger is how long a voter that refused a pre-vote, and is not the
 // refusers' first, waits before it stands: half a heartbeat timeout, long
-// enough for the first one's pre-vote and vote to reach it.
+// enough for the first one's pre-vote and vote to reach it. Refusers of a
+// lagging successor's vote wait it once per place (standOverLagging).
 func aheadStagger(heartbeatTimeout time.Duration) time.Duration { return heartbeatTimeout / 2 }
 
 // mayStandAhead reports whether r is a follower, not retired and not on a
@@ -216,9 +217,9 @@ func (g *voteGate) kickAhead(r *raft.Raft) {
 }
 
 // firstBut returns first over the voters of r's configuration other than
-// but (and the others given), and whether but is a voter; empty when the
-// configuration cannot be read or leaves no other voter.
-func firstBut(group string, r *raft.Raft, but raft.ServerID, others ...raft.ServerID) (id raft.ServerID, butVotes bool) {
+// but, and whether but is a voter; empty when the configuration cannot be
+// read or leaves no other voter.
+func firstBut(group string, r *raft.Raft, but raft.ServerID) (id raft.ServerID, butVotes bool) {
 	f := r.GetConfiguration() // answered at once, from memory
 	if f.Error() != nil {
 		return "", false
@@ -229,7 +230,6 @@ func firstBut(group string, r *raft.Raft, but raft.ServerID, others ...raft.Serv
 		case s.Suffrage != raft.Voter:
 		case s.ID == but:
 			butVotes = true
-		case slices.Contains(others, s.ID):
 		default:
 			voters = append(voters, s.ID)
 		}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -120,4 +121,46 @@ func TestMemberAheadOfTheFirstStands(t *testing.T) {
 		t.Errorf("led in term %d after term %d: the members that refused split the vote", got, term)
 	}
 	waitEntries(t, again, []string{"late"})
+}
+
+// The voters that refuse a lagging successor's vote each get a place of
+// their own, the group's first over them at 0; the candidate, the leader
+// and a non-voter get none.
+func TestRefusersAgreeOnAnOrder(t *testing.T) {
+	servers := func(n int) []raft.Server {
+		var out []raft.Server
+		for i := range n {
+			out = append(out, raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", i)), Suffrage: raft.Voter})
+		}
+		return append(out, raft.Server{ID: "learner", Suffrage: raft.Nonvoter})
+	}
+	for _, n := range []int{3, 5, 7} {
+		for g := range 20 {
+			group := fmt.Sprintf("g%d", g)
+			ss := servers(n)
+			cand, leader := ss[g%n].ID, ss[(g+1)%n].ID
+			var rest []raft.ServerID
+			seen := map[int]raft.ServerID{}
+			for _, s := range ss {
+				place, voters := placeAmong(group, ss, s.ID, cand, leader)
+				if voters != n {
+					t.Fatalf("%s: %d voters, want %d", group, voters, n)
+				}
+				if s.ID == cand || s.ID == leader || s.Suffrage != raft.Voter {
+					if place != -1 {
+						t.Errorf("%s: %s has place %d, want none", group, s.ID, place)
+					}
+					continue
+				}
+				rest = append(rest, s.ID)
+				if other, dup := seen[place]; dup || place < 0 || place >= n-2 {
+					t.Fatalf("%s: %s has place %d (taken by %q), want a place of its own below %d", group, s.ID, place, other, n-2)
+				}
+				seen[place] = s.ID
+			}
+			if want := first(group, rest); seen[0] != want {
+				t.Errorf("%s: %s first, want the group's first %s", group, seen[0], want)
+			}
+		}
+	}
 }

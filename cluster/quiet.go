@@ -311,7 +311,8 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 // and whether a quiet member wakes: it is not a follower any more, or the
 // leader's node has been silent for quietWakeAfter (it is not in heard,
 // heartbeats.heard), or gone for quietStandAfter (gone holds when nodes
-// were found gone; it stands if it is the successor).
+// were found gone; it stands if it is the successor, or if it refused a
+// lagging successor's vote).
 func (g *voteGate) tick(now time.Time, heard map[string]bool, gone map[string]time.Time) {
 	r := g.raft.Load()
 	if r == nil {

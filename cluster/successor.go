@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -29,15 +30,17 @@ import (
 // RequestVote says it is a leadership transfer, which the other voter
 // grants though it still knows the old leader, if the candidate's log is
 // as long as its own and the term is new. The other followers go on as
-// before (quiet ones wake, their timeout counting from the wake): a
-// successor that is behind, retired or itself gone costs what their
-// timeouts cost.
+// before (quiet ones wake, their timeout counting from the wake). A
+// successor that is behind is refused by a follower with a newer log,
+// which then stands the same way (standOverLagging); one retired or itself
+// gone costs what the others' timeouts cost.
 //
 // Nothing of Raft's safety changes: a vote is still one per term and for a
 // log at least as long, and a commit still needs a majority's appends. The
 // transfer mark only skips the check that a voter knows of no leader,
-// which keeps a live leader from being disturbed; a successor stands only
-// when the leader's process is gone.
+// which keeps a live leader from being disturbed; a successor, or a
+// follower that refused a lagging one, stands only when the leader's
+// process is gone.
 const (
 	// goneFor is how long a node stays marked gone after the probe found
 	// its port closed, unless something comes from it first (heardFrom).
@@ -179,7 +182,8 @@ func (h *heartbeats) heardFrom(addr string) {
 // succeed is the quiet tick's for a follower quiet under the node at
 // under, whose process is gone: it stands at once if it is its group's
 // successor (stand); otherwise it wakes, and campaigns one heartbeat
-// timeout after the wake, as a follower that woke on silence does.
+// timeout after the wake, as a follower that woke on silence does, unless
+// it refused a lagging successor's vote (standOverLagging).
 func (g *voteGate) succeed(under string) {
 	r := g.raft.Load()
 	if r == nil {
@@ -287,21 +291,25 @@ type refusedTransfer struct {
 
 // standOverLagging makes a follower whose leader's process is gone stand
 // now, after it refused the vote of a successor (a vote request marked as
-// a leadership transfer) whose log is behind its own: that successor
-// cannot be elected without this vote in a group of three, and this
-// follower, which heard from the leader within its heartbeat timeout,
-// would otherwise stand only when that timeout ran out. A busy
-// partition's successor one entry behind the other follower (its last
-// append had reached only that one when the leader's process died) made
-// a failover take 3.3 s instead of 20 ms in the 1,000-partition
-// benchmark. The follower stands as the successor does, through a
-// TimeoutNow, so that the lagging successor, a candidate that knows no
-// leader, grants it. It runs when the vote is refused and at the ticks
-// while nodes are gone: this node may find the leader's process gone
-// after the successor did. The refusers agree on an order as in
-// standAhead, over the voters other than the candidate and the gone
-// leader; a refuser stands only while the election it refused is the
-// latest it knows (no other refuser stood since), and at most once a
+// a leadership transfer) whose log is behind its own, when that successor
+// cannot be elected without this vote (a group of three): this follower,
+// which heard from the leader within its heartbeat timeout, would
+// otherwise stand only when that timeout ran out. A busy partition's
+// successor one entry behind the other follower (its last append had
+// reached only that one when the leader's process died) made a failover
+// take 3.3 s instead of 20 ms in the 1,000-partition benchmark. The
+// follower stands as the successor does, through a TimeoutNow, so that
+// the lagging successor, a candidate that knows no leader, grants it. It
+// runs when the vote is refused and at the ticks while nodes are gone:
+// this node may find the leader's process gone after the successor did.
+//
+// In a larger group the successor may still be elected by the others, and
+// several voters may refuse it: they agree on an order over the voters
+// other than the candidate and the gone leader (the group's hash first,
+// then by id), and each waits aheadStagger for each place before it, and
+// one more when the successor can still win, then stands only while the
+// election it refused is still the latest it knows (its term unchanged:
+// no refuser stood and no leader was elected since). At most once a
 // heartbeat timeout.
 func (g *voteGate) standOverLagging() {
 	rt := g.refusedTransfer.Load()
@@ -314,17 +322,22 @@ func (g *voteGate) standOverLagging() {
 		return
 	}
 	g.refusedTransfer.CompareAndSwap(rt, nil)
-	if first, _ := firstBut(g.group, r, raft.ServerID(rt.req.ID), rt.leaderID); first == g.local {
+	place, voters := refuserPlace(g.group, r, g.local, raft.ServerID(rt.req.ID), rt.leaderID)
+	if place < 0 {
+		return
+	}
+	if voters-2 >= voters/2+1 {
+		place++ // the successor can win without this vote: give it the time
+	}
+	if place == 0 {
 		if g.timeoutNow(rt.leaderAddr, rt.leaderID) {
 			g.mux.hb.stoodOverLagging.Add(1)
 		}
 		return
 	}
-	stagger := aheadStagger(g.quiet.base.HeartbeatTimeout)
-	g.wg.Add(1) // on a goroutine the gate's Close waits for
-	go func() {
-		defer g.wg.Done()
-		t := time.NewTimer(stagger)
+	wait := time.Duration(place) * aheadStagger(g.quiet.base.HeartbeatTimeout)
+	g.spawn(func() {
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -333,6 +346,55 @@ func (g *voteGate) standOverLagging() {
 			}
 		case <-g.stop:
 		}
+	})
+}
+
+// refuserPlace returns self's place among the voters of r's configuration
+// other than candidate and leader, in the order refusers agree on (first
+// over them, then the others by id after it, wrapping round), -1 if self is
+// not among them; and how many voters the configuration has.
+func refuserPlace(group string, r *raft.Raft, self, candidate, leader raft.ServerID) (place, voters int) {
+	f := r.GetConfiguration() // answered at once, from memory
+	if f.Error() != nil {
+		return -1, 0
+	}
+	return placeAmong(group, f.Configuration().Servers, self, candidate, leader)
+}
+
+// placeAmong is refuserPlace over servers.
+func placeAmong(group string, servers []raft.Server, self, candidate, leader raft.ServerID) (place, voters int) {
+	var rest []raft.ServerID
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID != candidate && s.ID != leader {
+			rest = append(rest, s.ID)
+		}
+	}
+	slices.Sort(rest)
+	me := slices.Index(rest, self)
+	if me < 0 {
+		return -1, voters
+	}
+	start := slices.Index(rest, first(group, rest))
+	return (me - start + len(rest)) % len(rest), voters
+}
+
+// spawn runs fn on a goroutine the gate's Close waits for, unless the gate
+// is closing: callers outside the gate's own goroutines (the node's
+// ticks) may race with Close.
+func (g *voteGate) spawn(fn func()) {
+	g.quiet.mu.Lock()
+	defer g.quiet.mu.Unlock()
+	if g.quiet.closed {
+		return
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		fn()
 	}()
 }
 

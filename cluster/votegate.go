@@ -74,7 +74,8 @@ type voteGate struct {
 	// firstUntil, while this member is its group's first (elect.go) and
 	// has not stood yet: until when it stands on a notice (UnixNano).
 	firstUntil atomic.Int64
-	// standing is set while a TimeoutNow of a gone leader's successor
+	// standing is set while a TimeoutNow handed over by the gate (a gone
+	// leader's successor, or a follower standing over a lagging one)
 	// waits for Raft to take it (successor.go).
 	standing atomic.Bool
 	// aheadAt is when this member last stood after it refused a pre-vote
