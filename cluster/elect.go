@@ -172,20 +172,11 @@ func (g *voteGate) standAhead(candidate raft.ServerID) {
 		g.kickAhead(r)
 		return
 	}
-	stagger := aheadStagger(g.quiet.base.HeartbeatTimeout)
-	g.wg.Add(1) // on watchPreVote's goroutine, which Close waits for
-	go func() {
-		defer g.wg.Done()
-		t := time.NewTimer(stagger)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			if g.mayStandAhead(r) {
-				g.kickAhead(r)
-			}
-		case <-g.stop:
+	g.after(aheadStagger(g.quiet.base.HeartbeatTimeout), func() {
+		if g.mayStandAhead(r) {
+			g.kickAhead(r)
 		}
-	}()
+	})
 }
 
 // aheadStagger is how long a voter that refused a pre-vote, and is not the

@@ -504,16 +504,15 @@ func (l *holdListener) Accept() (net.Conn, error) {
 	return &holdConn{Conn: c, hold: l.hold}, nil
 }
 
-// holdConn reads the mux's header through (the mux reads it in reads of
-// its exact parts); past it, a connection of the held group is closed, for
-// good, at the first read that carries the held sender's address: every
-// request carries its sender's in its RPC header.
+// holdConn names the held group when the mux's header it carries does
+// (the header comes first, in the connection's first bytes); such a
+// connection is closed, for good, at the first read that carries the held
+// sender's address: every request carries its sender's in its RPC header,
+// and no header names an address.
 type holdConn struct {
 	net.Conn
 	hold    *groupHold
-	header  []byte // read so far, until it is whole
-	whole   bool
-	group   bool   // the header names the held group
+	head    []byte // the first bytes read, where the header is
 	tail    []byte // the end of the last read, for an address split between two
 	dropped bool
 }
@@ -523,17 +522,11 @@ func (c *holdConn) Read(p []byte) (int, error) {
 		return 0, io.ErrUnexpectedEOF
 	}
 	n, err := c.Conn.Read(p)
-	if !c.whole {
-		c.header = append(c.header, p[:n]...)
-		if headerWhole(c.header) {
-			c.whole = true
-			fixed := len(headerMagic) + 2
-			c.group = string(c.header[fixed:fixed+int(c.header[fixed-1])]) == c.hold.group
-		}
-		return n, err
+	if len(c.head) < 2*MaxGroupIDLen {
+		c.head = append(c.head, p[:n]...)
 	}
 	from := c.hold.from.Load()
-	if !c.group || from == nil || n == 0 {
+	if from == nil || n == 0 || !bytes.Contains(c.head, []byte(c.hold.group)) {
 		return n, err
 	}
 	seen := append(c.tail, p[:n]...)
@@ -544,20 +537,4 @@ func (c *holdConn) Read(p []byte) (int, error) {
 	}
 	c.tail = append(c.tail[:0], seen[max(0, len(seen)-len(*from)):]...)
 	return n, err
-}
-
-// headerWhole reports whether b holds a whole mux header.
-func headerWhole(b []byte) bool {
-	fixed := len(headerMagic) + 2
-	if len(b) < fixed {
-		return false
-	}
-	size := fixed + int(b[fixed-1])
-	if b[len(headerMagic)] == HeaderMemberVersion {
-		if len(b) < size+1 {
-			return false
-		}
-		size += 1 + int(b[size])
-	}
-	return len(b) >= size
 }

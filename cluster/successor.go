@@ -335,16 +335,9 @@ func (g *voteGate) standOverLagging() {
 		}
 		return
 	}
-	wait := time.Duration(place) * aheadStagger(g.quiet.base.HeartbeatTimeout)
-	g.spawn(func() {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			if g.mayStandOver(r, rt) && g.timeoutNow(rt.leaderAddr, rt.leaderID) {
-				g.mux.hb.stoodOverLagging.Add(1)
-			}
-		case <-g.stop:
+	g.after(time.Duration(place)*aheadStagger(g.quiet.base.HeartbeatTimeout), func() {
+		if g.mayStandOver(r, rt) && g.timeoutNow(rt.leaderAddr, rt.leaderID) {
+			g.mux.hb.stoodOverLagging.Add(1)
 		}
 	})
 }
@@ -382,10 +375,10 @@ func placeAmong(group string, servers []raft.Server, self, candidate, leader raf
 	return (me - start + len(rest)) % len(rest), voters
 }
 
-// spawn runs fn on a goroutine the gate's Close waits for, unless the gate
-// is closing: callers outside the gate's own goroutines (the node's
-// ticks) may race with Close.
-func (g *voteGate) spawn(fn func()) {
+// after runs fn once wait has passed, on a goroutine the gate's Close
+// waits for and stops, unless the gate is closing: callers outside the
+// gate's own goroutines (the node's ticks) may race with Close.
+func (g *voteGate) after(wait time.Duration, fn func()) {
 	g.quiet.mu.Lock()
 	defer g.quiet.mu.Unlock()
 	if g.quiet.closed {
@@ -394,7 +387,13 @@ func (g *voteGate) spawn(fn func()) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		fn()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fn()
+		case <-g.stop:
+		}
 	}()
 }
 
