@@ -107,6 +107,11 @@ type heartbeats struct {
 	// one's quiet followers until then, though their rounds arrive and
 	// are answered: tests make a moment of silence with it.
 	deaf atomic.Int64
+	// busyFrom, when set, is a node whose real (not quiet) heartbeats this
+	// one answers busy, as when too many of its deliveries are under way:
+	// tests keep a follower from taking its woken leader's heartbeats
+	// with it.
+	busyFrom atomic.Pointer[string]
 
 	// opens are the groups other nodes opened with no leader known,
 	// waiting for their first member here to open (elect.go).
@@ -904,7 +909,12 @@ const errHeartbeatLate = "late: the group is taking the heartbeat"
 func (h *heartbeats) deliverAll(beats []hbRequest, from string, slots chan struct{}) []hbResult {
 	results := make([]hbResult, len(beats))
 	outs := make([]chan hbResult, len(beats))
+	busyFrom := h.busyFrom.Load()
 	for i := range beats {
+		if busyFrom != nil && *busyFrom == from && !beats[i].Quiet {
+			results[i] = hbResult{Err: errHeartbeatBusy}
+			continue
+		}
 		select {
 		case slots <- struct{}{}:
 		default:

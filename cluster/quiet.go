@@ -63,6 +63,16 @@ type quietState struct {
 	// acked, on a quiet leader: the followers that took a quiet heartbeat
 	// of this term, and when the last real one went.
 	acked map[raft.ServerID]quietAck
+	// waking, on a leader woken from quiet: the followers that took its
+	// quiet heartbeats and have not taken a real one since, by ID, with
+	// their node's Raft address. Each wakes with its first real
+	// heartbeat; those left when this member stops leading or closes are
+	// told to wake (tellWaking), or they would wait out their stretched
+	// timeout while their node still hears this one.
+	waking map[raft.ServerID]string
+	// hasWaking is set while waking may hold followers: the tick looks
+	// at it without the lock.
+	hasWaking atomic.Bool
 	// under, on a quiet follower: the Raft address of the leader's node it
 	// is quiet under; empty when not quiet.
 	under string
@@ -107,23 +117,61 @@ func (g *voteGate) leadQuietly(r *raft.Raft) {
 }
 
 // stopLeadingQuietly ends quiet leading: every heartbeat is real and not
-// quiet again, at the normal pace. With tell (this member stops leading,
-// or closes), the followers that were quiet are told to wake with the
-// next round to their node: there will be no heartbeat to wake them.
+// quiet again, at the normal pace. The followers that were quiet wait for
+// their first real heartbeat to wake (waking). With tell (this member
+// stops leading, or closes), they are told to wake with the next round to
+// their node instead: there will be no heartbeat to wake them.
 func (g *voteGate) stopLeadingQuietly(tell bool) {
 	g.quiet.mu.Lock()
 	g.quiet.leading.Store(false)
-	acked := g.quiet.acked
+	for id, a := range g.quiet.acked {
+		if g.quiet.waking == nil {
+			g.quiet.waking = make(map[raft.ServerID]string)
+		}
+		g.quiet.waking[id] = a.addr
+		g.quiet.hasWaking.Store(true)
+	}
 	g.quiet.acked = nil
 	if r := g.raft.Load(); r != nil && g.quiet.under == "" {
 		g.reload(r, g.quiet.base) // lowering the timeout makes Raft heartbeat at once
 	}
 	g.quiet.mu.Unlock()
-	if !tell {
+	if tell {
+		g.tellWaking()
+	}
+}
+
+// tookReal records that follower id took a real heartbeat of this
+// leader's: it is awake.
+func (g *voteGate) tookReal(id raft.ServerID) {
+	if !g.quiet.hasWaking.Load() {
 		return
 	}
-	for _, a := range acked {
-		if p := g.mux.hb.peer(a.addr); p != nil {
+	g.quiet.mu.Lock()
+	delete(g.quiet.waking, id)
+	g.quiet.hasWaking.Store(len(g.quiet.waking) > 0)
+	g.quiet.mu.Unlock()
+}
+
+// tellWaking tells the followers that were quiet under this member and
+// have not taken a real heartbeat since (waking) to wake, with the next
+// round to their node: this member no longer leads, or closes, so no
+// heartbeat of its will wake them. (Only a woken leader's quiet
+// followers were told at first: a proposal that woke a group a moment
+// before its leader's copy stopped — its disk full — left a follower not
+// yet reached by a real heartbeat quiet, refusing the other's votes for
+// the 10–20 s of its stretched timeout.)
+func (g *voteGate) tellWaking() {
+	if !g.quiet.hasWaking.Load() {
+		return
+	}
+	g.quiet.mu.Lock()
+	waking := g.quiet.waking
+	g.quiet.waking = nil
+	g.quiet.hasWaking.Store(false)
+	g.quiet.mu.Unlock()
+	for _, addr := range waking {
+		if p := g.mux.hb.peer(addr); p != nil {
 			p.wakeLater(g.group)
 		}
 	}
@@ -208,6 +256,8 @@ func (g *voteGate) heard(id raft.ServerID, target raft.ServerAddress, term uint6
 		g.quiet.acked = make(map[raft.ServerID]quietAck)
 	}
 	g.quiet.acked[id] = quietAck{term: term, addr: string(target), lastReal: time.Now()}
+	delete(g.quiet.waking, id) // acked again, told if this member stops
+	g.quiet.hasWaking.Store(len(g.quiet.waking) > 0)
 }
 
 // followQuietly makes this member quiet under the leader's node at from,
@@ -331,6 +381,8 @@ func (g *voteGate) tick(now time.Time, heard map[string]bool, gone map[string]ti
 		}
 	case g.quiet.leading.Load():
 		g.stopLeadingQuietly(true)
+	default:
+		g.tellWaking() // a woken leader that lost its leadership
 	}
 	g.quiet.wasLeader = state == raft.Leader
 	under := g.quietUnder()

@@ -102,6 +102,46 @@ func TestQuietFollowersElectWhenLeaderNodeGoes(t *testing.T) {
 	}
 }
 
+// A quiet follower that a proposal's wake has not reached yet wakes when
+// its leader's copy closes, though the leader's node lives on and its
+// own node keeps hearing it: the closing leader tells it, as it tells the
+// followers of a group still quiet. Here the follower's node answers the
+// woken leader's real heartbeats busy (as when its deliveries are backed
+// up), so that it stays quiet while the other follower wakes; then the
+// leader's group closes. Before, only a leader still quiet told its
+// followers: this one stayed quiet, refusing the other's votes for its
+// stretched timeout (five minutes here; 10–20 s in fabriqd, where a copy
+// stopping for a full disk right after sends woke its group left a
+// partition without a leader that long).
+func TestWokenGroupsFollowersWakeWhenItsLeaderCloses(t *testing.T) {
+	nodes := quietNodes(t, 2*time.Second, 5*time.Minute)
+	gs := startGroups(t, nodes, 1)
+	waitQuiet(t, nodes, 1)
+	leader := waitLeader(t, gs[0])
+	followers := others(gs[0], leader)
+	awake, quiet := followers[0], followers[1]
+	from := quiet.gate.quietUnder()
+	if from == "" {
+		t.Fatalf("%s does not follow quietly", quiet.node.id)
+	}
+	quiet.node.mux.hb.busyFrom.Store(&from)
+	applyAll(t, gs[0], "wake")
+	eventually(t, 10*time.Second, "the other follower awake", func() bool { return awake.gate.quietUnder() == "" })
+	// Within quietAfter of a proposal: the leader stays awake until it
+	// closes.
+	applyAll(t, gs[0], "still awake")
+	if under := quiet.gate.quietUnder(); under != from || leader.gate.quiet.leading.Load() {
+		t.Fatalf("want the leader awake and %s quiet under it: leading quietly %v, quiet under %q", quiet.node.id,
+			leader.gate.quiet.leading.Load(), under)
+	}
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if led := waitLeader(t, followers); led == leader {
+		t.Fatal("still led by the closed member")
+	}
+}
+
 // Reading a quiet group's configuration, as the broker does every few
 // seconds for every partition, leaves it quiet; a proposal wakes it.
 func TestQuietGroupStaysQuietWhenRead(t *testing.T) {

@@ -226,6 +226,8 @@ func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, ar
 		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet, false, g.stop)
 		if quiet || acked {
 			g.heard(id, target, args.Term, acked, err)
+		} else if err == nil && resp.Success && resp.Term == args.Term {
+			g.tookReal(id)
 		}
 		return err
 	}
@@ -322,6 +324,8 @@ func (g *voteGate) Close() error {
 	g.once.Do(func() {
 		if g.quiet.leading.Load() {
 			g.stopLeadingQuietly(true) // its quiet followers need not wait out their timeout
+		} else {
+			g.tellWaking() // nor those a proposal woke it from, not yet reached
 		}
 		g.mux.hb.unregister(g.group, g)
 		g.quiet.mu.Lock()
