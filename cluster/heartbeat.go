@@ -83,6 +83,10 @@ type heartbeats struct {
 	// nothing new still goes to a node that speaks ProtocolCatchUp
 	// (idleAppendCatchUpEvery; pipeline.go); tests lengthen it.
 	idleAppendEvery time.Duration
+	// pipelineIdleClose is how long a pipeline to a node that speaks
+	// ProtocolCatchUp stays open with nothing sent (pipeline.go); tests
+	// shorten it.
+	pipelineIdleClose time.Duration
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -139,6 +143,8 @@ type heartbeats struct {
 	// idleAppends counts the appends that told a follower nothing new,
 	// not sent (pipeline.go); local the heartbeats answered locally.
 	idleAppends, local atomic.Int64
+	// pipelines counts the transport pipelines open now (pipeline.go).
+	pipelines atomic.Int64
 }
 
 // HeartbeatStats counts what a node's coalesced heartbeats did since the
@@ -154,6 +160,10 @@ type HeartbeatStats struct {
 	// idle group, did not send because they told the follower nothing
 	// new (see cluster/DESIGN.md).
 	IdleAppendsSkipped int64
+	// PipelinesOpen is the pipelines, one connection each, that this
+	// node's leaders hold open to followers now; an idle group's close
+	// (pipelineIdleClose).
+	PipelinesOpen int64
 	// AnsweredLocally is the heartbeats of quiet leaders answered on this
 	// node (quiet.go); QuietLeaders and QuietFollowers the members that
 	// lead and follow quietly now.
@@ -185,7 +195,7 @@ func (m *Mux) HeartbeatStats() HeartbeatStats {
 	s := HeartbeatStats{
 		Sent: h.sent.Load(), Frames: h.frames.Load(), Delivered: h.delivered.Load(), Refused: h.refused.Load(),
 		IdleAppendsSkipped: h.idleAppends.Load(), AnsweredLocally: h.local.Load(), StoodFirst: h.stoodFirst.Load(), Late: h.late.Load(), StoodForGone: h.stoodForGone.Load(), StoodAhead: h.stoodAhead.Load(),
-		StoodOverLagging: h.stoodOverLagging.Load(),
+		StoodOverLagging: h.stoodOverLagging.Load(), PipelinesOpen: h.pipelines.Load(),
 	}
 	for _, g := range h.registered() {
 		if g.quiet.leading.Load() {
@@ -260,24 +270,25 @@ func isHeartbeat(a *raft.AppendEntriesRequest) bool {
 
 func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 	return &heartbeats{
-		mux:             m,
-		layer:           layer,
-		logger:          m.logger.With("component", "raft-heartbeats"),
-		window:          heartbeatWindow,
-		quietAfter:      quietAfter,
-		realEvery:       quietRealEvery,
-		followerTimeout: quietFollowerTimeout,
-		tickEvery:       quietTick,
-		kick:            make(chan struct{}, 1),
-		idleAppendEvery: idleAppendCatchUpEvery,
-		done:            make(chan struct{}),
-		gates:           make(map[string]*voteGate),
-		peers:           make(map[string]*hbPeer),
-		seen:            make(map[string]time.Time),
-		busy:            make(map[string]int),
-		opens:           make(map[string]time.Time),
-		gone:            make(map[string]goneMark),
-		probing:         make(map[string]time.Time),
+		mux:               m,
+		layer:             layer,
+		logger:            m.logger.With("component", "raft-heartbeats"),
+		window:            heartbeatWindow,
+		quietAfter:        quietAfter,
+		realEvery:         quietRealEvery,
+		followerTimeout:   quietFollowerTimeout,
+		tickEvery:         quietTick,
+		kick:              make(chan struct{}, 1),
+		idleAppendEvery:   idleAppendCatchUpEvery,
+		pipelineIdleClose: pipelineIdleClose,
+		done:              make(chan struct{}),
+		gates:             make(map[string]*voteGate),
+		peers:             make(map[string]*hbPeer),
+		seen:              make(map[string]time.Time),
+		busy:              make(map[string]int),
+		opens:             make(map[string]time.Time),
+		gone:              make(map[string]goneMark),
+		probing:           make(map[string]time.Time),
 	}
 }
 
