@@ -538,6 +538,7 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		c.Close()
 		return nil, fmt.Errorf("cluster: layer %q: %w", l.group, ErrClosed)
 	}
+	tc.dialed = true
 	return tc, nil
 }
 
@@ -583,6 +584,7 @@ func (l *Layer) forget(c *layerConn) {
 type layerConn struct {
 	net.Conn
 	layer  *Layer
+	dialed bool // by this node (Dial), not accepted
 	closed atomic.Bool
 	once   sync.Once
 	err    error

@@ -54,6 +54,7 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 	if g.mux.Protocol(string(target)) >= ProtocolCatchUp {
 		pl := newLazyPipeline(open, g.mux.hb.pipelineIdleClose)
 		pl.opened = &g.mux.hb.pipelines
+		pl.idled = g.idled
 		pl.skipped = &g.mux.hb.idleAppends
 		pl.every = g.mux.hb.idleAppendEvery
 		pl.catchUp = g.catchUpFlag(id)
@@ -72,6 +73,18 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 	}
 	return pl, nil
 }
+
+// idled runs when one of this leader's pipelines closed for idleness:
+// the group's other connections go too. NetworkTransport pools the
+// connections of its requests (votes, appends one at a time, TimeoutNow)
+// and never closes them, each with 256 KiB at the other end: the votes of
+// the elections after a restart left about one per member of every group,
+// a thousand on a node (BENCHMARKS.md). CloseStreams closes the pooled
+// ones, a request under way keeps its own, and the next request dials. It
+// also ends the connections this member accepted, each after its next
+// request: their senders' next request on them fails at once, which
+// votes retry (retryStale) and appends back off from.
+func (g *voteGate) idled() { g.NetworkTransport.CloseStreams() }
 
 // catchUpFlag returns the flag that makes the next idle append to
 // follower id go (catchUp sets it).
@@ -158,6 +171,9 @@ type pipeline struct {
 	// opened counts the node's open transport pipelines; nil: not
 	// counted.
 	opened *atomic.Int64
+	// idled, when set, runs after the pipeline closed for idleness: it
+	// closes the group's pooled connections (voteGate.idled).
+	idled func()
 
 	// skipped counts the appends not sent; nil: send every one.
 	skipped *atomic.Int64
@@ -247,6 +263,9 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 				// connection is still to come, so Raft's reader sees
 				// them in order when another opens.
 				_ = p.closeInner() // its end is all that is left of it
+				if p.idled != nil {
+					p.idled()
+				}
 			}
 			if p.inner == nil || idle < p.every {
 				p.skipped.Add(1)

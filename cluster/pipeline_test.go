@@ -142,9 +142,10 @@ func TestWaitEndsWhenTheGroupCloses(t *testing.T) {
 }
 
 // An idle group's leader closes its pipelines, connections and all, once
-// nothing has been sent on them for pipelineIdleClose: at a thousand idle
-// partitions they were two fifths of a node's heap. The next entry opens
-// them again, and every member applies it.
+// nothing has been sent on them for pipelineIdleClose, and the connections
+// its transport pooled: at a thousand idle partitions they were most of a
+// node's heap. The next entry opens them again, and every member applies
+// it.
 func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	nodes := newTestNodesWith(t, 3, func(m *Mux) {
 		// As in fabriqd, where both are 30 s: the appends that tell
@@ -162,6 +163,29 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 		return len(g.layer.conns)
 	}
 	eventually(t, 10*time.Second, "both pipelines open", func() bool { return leader.node.mux.HeartbeatStats().PipelinesOpen == 2 })
+	// A pre-vote request of the leader's own, which the follower refuses,
+	// leaves a connection in its transport's pool, as its election's
+	// requests did (the pipelines may have taken those).
+	f := followers[0]
+	addr, _ := leader.gate.to(raft.ServerID(f.node.id), raft.ServerAddress(f.node.addr()))
+	req := raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(leader.node.id), Addr: []byte(leader.node.addr())}, Term: leader.Term()}
+	if err := leader.gate.NetworkTransport.RequestPreVote(raft.ServerID(f.node.id), addr, &req, new(raft.RequestPreVoteResponse)); err != nil {
+		t.Fatal(err)
+	}
+	dialed := func(g *testGroup) int {
+		g.layer.mu.Lock()
+		defer g.layer.mu.Unlock()
+		n := 0
+		for c := range g.layer.conns {
+			if c.dialed {
+				n++
+			}
+		}
+		return n
+	}
+	if d := dialed(leader); d <= 2 {
+		t.Fatalf("the leader dialled %d connections, its pipelines' and a pooled one: want more than 2", d)
+	}
 	before := []int{conns(followers[0]), conns(followers[1])}
 
 	eventually(t, 10*time.Second, "the idle leader's pipelines closed", func() bool {
@@ -171,6 +195,8 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	for i, f := range followers {
 		eventually(t, 10*time.Second, "a follower's end of its pipeline closed", func() bool { return conns(f) < before[i] })
 	}
+	// And so do the leader's pooled connections.
+	eventually(t, 10*time.Second, "every connection the idle leader dialled closed", func() bool { return dialed(leader) == 0 })
 
 	applyAll(t, gs, "two")
 	for _, g := range gs {
