@@ -131,7 +131,11 @@ func launchUnder(t testing.TB, wrapper []string, id, dataDir string, extra ...st
 	// directory, ID-PID.log (the test's output has each one's tail).
 	var keep io.Writer = io.Discard
 	if dir := os.Getenv("FABRIQ_TEST_LOGS"); dir != "" {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", id, cmd.Process.Pid)))
+		err := os.MkdirAll(dir, 0o755)
+		var f *os.File
+		if err == nil {
+			f, err = os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", id, cmd.Process.Pid)))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
