@@ -491,8 +491,11 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 		// idle appends the pipeline no longer sends (pipeline.go).
 		return false, fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
 	}
-	if o.res.Behind && o.res.Success {
-		if g := h.gate(group); g != nil {
+	if o.res.Success {
+		// A follower that holds entries it has not applied, or fewer
+		// than this leader (one whose log was lost), needs an append:
+		// an idle group sends none otherwise (pipeline.go).
+		if g := h.gate(group); g != nil && (o.res.Behind || g.lacks(o.res.LastLog)) {
 			g.catchUp(raft.ServerID(member))
 		}
 	}

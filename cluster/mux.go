@@ -533,18 +533,17 @@ func (l *Layer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 		c.Close()
 		return nil, err
 	}
-	tc := l.track(c)
+	tc := l.track(c, true)
 	if tc == nil {
 		c.Close()
 		return nil, fmt.Errorf("cluster: layer %q: %w", l.group, ErrClosed)
 	}
-	tc.dialed = true
 	return tc, nil
 }
 
 // deliver queues c for Accept, waiting until deadline at most.
 func (l *Layer) deliver(c net.Conn, deadline time.Time) {
-	tc := l.track(c)
+	tc := l.track(c, false)
 	if tc == nil {
 		c.Close()
 		return
@@ -561,15 +560,15 @@ func (l *Layer) deliver(c net.Conn, deadline time.Time) {
 	}
 }
 
-// track wraps c so that the layer closes it on Close; nil if the layer is
-// closed already.
-func (l *Layer) track(c net.Conn) *layerConn {
+// track wraps c, dialled by this node or accepted, so that the layer
+// closes it on Close; nil if the layer is closed already.
+func (l *Layer) track(c net.Conn, dialed bool) *layerConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil
 	}
-	tc := &layerConn{Conn: c, layer: l}
+	tc := &layerConn{Conn: c, layer: l, dialed: dialed}
 	l.conns[tc] = struct{}{}
 	return tc
 }

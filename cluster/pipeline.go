@@ -55,6 +55,7 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 		pl := newLazyPipeline(open, g.mux.hb.pipelineIdleClose)
 		pl.opened = &g.mux.hb.pipelines
 		pl.idled = g.idled
+		pl.speaksCatchUp = func() bool { return g.mux.Protocol(string(target)) >= ProtocolCatchUp }
 		pl.skipped = &g.mux.hb.idleAppends
 		pl.every = g.mux.hb.idleAppendEvery
 		pl.catchUp = g.catchUpFlag(id)
@@ -106,6 +107,13 @@ func (g *voteGate) catchUpFlag(id raft.ServerID) *atomic.Bool {
 // saying it is behind: the next append to it goes, even one that tells
 // nothing new, and carries the commit index it is missing.
 func (g *voteGate) catchUp(id raft.ServerID) { g.catchUpFlag(id).Store(true) }
+
+// lacks reports whether a follower whose last entry is last lacks
+// entries this member holds.
+func (g *voteGate) lacks(last uint64) bool {
+	r := g.raft.Load()
+	return r != nil && last < r.LastIndex()
+}
 
 // behind reports whether this member holds entries it has not applied:
 // it may not know that they are committed (a follower that restarted, or
@@ -184,9 +192,16 @@ type pipeline struct {
 	// nil for a follower's node older than ProtocolCatchUp.
 	catchUp *atomic.Bool
 	// last is the last append sent, and when; used by AppendEntries
-	// alone.
-	last     raft.AppendEntriesRequest
-	lastSent time.Time
+	// alone. lastNews is when the last append that was not the same as
+	// the one before went (entries, a new commit index or term, one a
+	// follower asked for): the connection's idleness counts from it.
+	last               raft.AppendEntriesRequest
+	lastSent, lastNews time.Time
+	// speaksCatchUp reports whether the follower's node speaks
+	// ProtocolCatchUp, looked at every p.every while the connection is
+	// closed (spokeOlder, when it was last); nil: not looked at.
+	speaksCatchUp func() bool
+	checked       time.Time
 }
 
 // innerPipeline is one transport pipeline, on one connection, with the
@@ -257,8 +272,7 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		if len(args.Entries) == 0 && args.Term == p.last.Term && args.PrevLogEntry == p.last.PrevLogEntry &&
 			args.PrevLogTerm == p.last.PrevLogTerm && args.LeaderCommitIndex == p.last.LeaderCommitIndex &&
 			(p.catchUp == nil || !p.catchUp.Swap(false)) {
-			idle := now.Sub(p.lastSent)
-			if in := p.inner; in != nil && p.idleClose > 0 && idle >= p.idleClose && in.answered.Load() == in.sent {
+			if in := p.inner; in != nil && p.idleClose > 0 && now.Sub(p.lastNews) >= p.idleClose && in.answered.Load() == in.sent {
 				// Idle, nothing in flight: no response of this
 				// connection is still to come, so Raft's reader sees
 				// them in order when another opens.
@@ -267,10 +281,12 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 					p.idled()
 				}
 			}
-			if p.inner == nil || idle < p.every {
+			if now.Sub(p.lastSent) < p.every || p.inner == nil && !p.spokeOlder(now) {
 				p.skipped.Add(1)
 				return &unsentAppend{req: args, resp: resp, start: now}, nil
 			}
+		} else {
+			p.lastNews = now
 		}
 		p.last = raft.AppendEntriesRequest{Term: args.Term, PrevLogEntry: args.PrevLogEntry, PrevLogTerm: args.PrevLogTerm, LeaderCommitIndex: args.LeaderCommitIndex}
 		if n := len(args.Entries); n > 0 {
@@ -291,6 +307,18 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		p.inner.sent++
 	}
 	return f, err
+}
+
+// spokeOlder reports, at most once every p.every, whether the follower's
+// node no longer speaks ProtocolCatchUp (it went back to an older
+// version since the pipeline was made): such a follower does not say
+// that it is behind, and needs the append every p.every again.
+func (p *pipeline) spokeOlder(now time.Time) bool {
+	if p.speaksCatchUp == nil || now.Sub(p.checked) < p.every {
+		return false
+	}
+	p.checked = now
+	return !p.speaksCatchUp()
 }
 
 // unsentAppend is the future of an append the pipeline did not send. It

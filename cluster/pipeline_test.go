@@ -3,6 +3,9 @@ package cluster
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,10 +151,11 @@ func TestWaitEndsWhenTheGroupCloses(t *testing.T) {
 // it.
 func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	nodes := newTestNodesWith(t, 3, func(m *Mux) {
-		// As in fabriqd, where both are 30 s: the appends that tell
-		// nothing new must not keep the connection open.
+		// The appends that tell nothing new, here sent more often than
+		// the connection closes (in fabriqd both are 30 s), must not
+		// keep it open.
 		m.hb.pipelineIdleClose = 300 * time.Millisecond
-		m.hb.idleAppendEvery = 300 * time.Millisecond
+		m.hb.idleAppendEvery = 100 * time.Millisecond
 	})
 	gs := startGroup(t, nodes, "g", heartbeatTimings)
 	leader := waitLeader(t, gs)
@@ -207,5 +211,121 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	}
 	if n := leader.node.mux.HeartbeatStats().PipelinesOpen; n == 0 {
 		t.Errorf("no pipeline open after an entry was sent; want them opened again")
+	}
+}
+
+// A follower whose log was lost (its disk replaced, it came back under the
+// same id with nothing) is repaired while its group is idle: its
+// heartbeat answers name a last entry below the leader's, and the
+// leader's next append goes, though the group sends nothing else and its
+// pipelines are closed. (Before the pipelines closed, an append went
+// every 30 s regardless, and failed on such a follower.)
+func TestIdleGroupRepairsAFollowerThatLostItsLog(t *testing.T) {
+	nodes := newTestNodesWith(t, 3, func(m *Mux) { m.hb.pipelineIdleClose = 300 * time.Millisecond })
+	gs := startGroup(t, nodes, "g", heartbeatTimings)
+	leader := waitLeader(t, gs)
+	applyAll(t, gs, "one", "two")
+	eventually(t, 10*time.Second, "the idle leader's pipelines closed", func() bool {
+		return leader.node.mux.HeartbeatStats().PipelinesOpen == 0
+	})
+	f := others(gs, leader)[0]
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(f.node.dir, "g")); err != nil {
+		t.Fatal(err)
+	}
+	fsm := newTestFSM(filepath.Join(f.node.dir, "g-stage-again"), true)
+	openTestGroup(t, f.node, "g", fsm, heartbeatTimings)
+	eventually(t, 20*time.Second, "the emptied follower holding every entry again", func() bool {
+		e := fsm.entries()
+		return len(e) >= 2 && e[len(e)-1] == "two"
+	})
+}
+
+// A pipeline whose connection closed for idleness sends no append that
+// tells nothing new, not even the one every p.every, while the
+// follower's node speaks ProtocolCatchUp (it says when it is behind); if
+// the node goes back to an older version, which does not, that append
+// goes again. Two real NetworkTransports; the test plays Raft's send loop,
+// which offers an append every commit timeout.
+func TestClosedPipelineSendsToAnOlderNodeAgain(t *testing.T) {
+	leader, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close()
+	follower, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follower.Close()
+	var received atomic.Int64
+	stop := make(chan struct{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			select {
+			case rpc := <-follower.Consumer():
+				received.Add(1)
+				rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: true}, nil)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-served }()
+
+	var skipped atomic.Int64
+	var speaks atomic.Bool
+	speaks.Store(true)
+	open := func() (raft.AppendPipeline, error) { return leader.AppendEntriesPipeline("f", follower.LocalAddr()) }
+	p := newLazyPipeline(open, 100*time.Millisecond)
+	p.skipped, p.every, p.catchUp = &skipped, 200*time.Millisecond, new(atomic.Bool)
+	p.speaksCatchUp = speaks.Load
+	read := make(chan struct{})
+	defer func() { p.Close(); <-read }()
+	go func() { // Raft's reader, until the pipeline closes
+		defer close(read)
+		for {
+			select {
+			case <-p.Consumer():
+			case <-p.stop:
+				return
+			}
+		}
+	}()
+	send := func(entries bool) {
+		t.Helper()
+		req := &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 1, PrevLogTerm: 1, LeaderCommitIndex: 1}
+		if entries {
+			req.PrevLogEntry, req.Entries = 0, []*raft.Log{{Index: 1, Term: 1}}
+		}
+		if _, err := p.AppendEntries(req, new(raft.AppendEntriesResponse)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(true)
+	eventually(t, 10*time.Second, "the first append received", func() bool { return received.Load() == 1 })
+	// Nothing new for longer than idleClose and every: the connection
+	// closes, and no append goes.
+	for start := time.Now(); time.Since(start) < time.Second; time.Sleep(10 * time.Millisecond) {
+		send(false)
+	}
+	if p.inner != nil {
+		t.Fatal("the pipeline's connection is still open after a second with nothing new")
+	}
+	if n := received.Load(); n != 1 {
+		t.Fatalf("the follower received %d appends, want 1: appends that tell nothing new went while the connection was closed", n)
+	}
+	speaks.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for received.Load() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no append went to a follower whose node no longer speaks ProtocolCatchUp")
+		}
+		send(false)
+		time.Sleep(10 * time.Millisecond)
 	}
 }

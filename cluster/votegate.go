@@ -178,7 +178,9 @@ const staleWithin = 250 * time.Millisecond
 // benchmark). A failed connection is not pooled again, so each retry
 // takes the next one or dials. Votes and pre-votes can be asked again: a
 // voter grants its vote in a term to one candidate, again if asked again.
-// A refused dial and a slow failure are not retried.
+// So can TimeoutNow (a leadership transfer): a request that failed at
+// once on a connection its other end had closed was not taken. A refused
+// dial and a slow failure are not retried.
 func retryStale(rpc func() error) error {
 	for i := 0; ; i++ {
 		start := time.Now()
@@ -244,7 +246,7 @@ func (g *voteGate) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, 
 // TimeoutNow implements raft.Transport, to the member Raft names.
 func (g *voteGate) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 	addr, _ := g.to(id, target)
-	return g.NetworkTransport.TimeoutNow(id, addr, args, resp)
+	return retryStale(func() error { return g.NetworkTransport.TimeoutNow(id, addr, args, resp) })
 }
 
 // loop passes RPCs on to Raft, answering the refused ones itself. It ends
