@@ -12,6 +12,21 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// tcpTransports returns two real NetworkTransports on loopback, a
+// leader's and a follower's, closed when the test ends.
+func tcpTransports(t *testing.T) (leader, follower *raft.NetworkTransport) {
+	t.Helper()
+	for _, tr := range []**raft.NetworkTransport{&leader, &follower} {
+		n, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		*tr = n
+	}
+	return leader, follower
+}
+
 // A follower that refuses a pipelined append (its log store failed a
 // write) must not wedge the leader's replication to it. Raft's reader
 // stops at the first refusal; the sends that follow must fail at once
@@ -20,16 +35,7 @@ import (
 // time and the follower catches up. Two real NetworkTransports over TCP;
 // the test plays Raft's side of the pipeline as hashicorp/raft 1.8 does.
 func TestPipelineNeverBlocksAfterARefusal(t *testing.T) {
-	leader, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer leader.Close()
-	follower, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer follower.Close()
+	leader, follower := tcpTransports(t)
 
 	// The follower takes the first three appends, then refuses every
 	// one, as a follower whose disk is full does.
@@ -250,16 +256,7 @@ func TestIdleGroupRepairsAFollowerThatLostItsLog(t *testing.T) {
 // goes again. Two real NetworkTransports; the test plays Raft's send loop,
 // which offers an append every commit timeout.
 func TestClosedPipelineSendsToAnOlderNodeAgain(t *testing.T) {
-	leader, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer leader.Close()
-	follower, err := raft.NewTCPTransport("127.0.0.1:0", nil, 2, 5*time.Second, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer follower.Close()
+	leader, follower := tcpTransports(t)
 	var received atomic.Int64
 	stop := make(chan struct{})
 	served := make(chan struct{})
