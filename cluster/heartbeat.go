@@ -420,13 +420,14 @@ func (h *heartbeats) unregister(group string, g *voteGate) {
 	h.mu.Unlock()
 }
 
-// beat sends one group's heartbeat to member of group at addr, a node's
-// Raft address, and fills resp with the member's answer; quiet marks it a
-// quiet leader's, and acked says the member follows quietly. A lazy
-// heartbeat (a quiet leader's real one, sent in the background) starts no
-// round of its own: it leaves with the next, a ping at the latest. Closing
-// cancel (the group's gate closing) gives up the wait.
-func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet, lazy bool, cancel <-chan struct{}) (acked bool, err error) {
+// beat sends the heartbeat of g, this node's member of a group, to
+// member of the group at addr, a node's Raft address, and fills resp with
+// the member's answer; quiet marks it a quiet leader's, and acked says
+// the member follows quietly. A lazy heartbeat (a quiet leader's real one,
+// sent in the background) starts no round of its own: it leaves with the
+// next, a ping at the latest. The gate closing gives up the wait.
+func (h *heartbeats) beat(g *voteGate, addr, member string, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, quiet, lazy bool) (acked bool, err error) {
+	group := g.group
 	if self := h.self.Load(); (self == nil || *self != string(args.Addr)) && len(args.Addr) > 0 {
 		a := string(args.Addr)
 		h.self.Store(&a)
@@ -455,7 +456,7 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 		return false, fmt.Errorf("cluster: heartbeat to %s: %w in %s", addr, errUnanswered, heartbeatRoundTimeout)
 	case <-h.done:
 		return false, errHeartbeatsClosed
-	case <-cancel:
+	case <-g.stop:
 		return false, errHeartbeatsClosed
 	}
 	if o.err != nil {
@@ -495,7 +496,7 @@ func (h *heartbeats) beat(addr, group, member string, args *raft.AppendEntriesRe
 		// A follower that holds entries it has not applied, or fewer
 		// than this leader (one whose log was lost), needs an append:
 		// an idle group sends none otherwise (pipeline.go).
-		if g := h.gate(group); g != nil && (o.res.Behind || g.lacks(o.res.LastLog)) {
+		if o.res.Behind || g.lacks(o.res.LastLog) {
 			g.catchUp(raft.ServerID(member))
 		}
 	}

@@ -139,7 +139,7 @@ func TestHeartbeatForAnotherMember(t *testing.T) {
 		{"g", "node-9", `heartbeat for member "node-9"`},
 		{"nope", nodes[1].id, `unknown group "nope"`},
 	} {
-		_, err := hb.beat(nodes[1].addr(), c.group, c.member, args, &resp, false, false, nil)
+		_, err := hb.beat(&voteGate{group: c.group}, nodes[1].addr(), c.member, args, &resp, false, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("heartbeat for %s/%s: %v, want an error with %q", c.group, c.member, err, c.want)
 		}
@@ -220,7 +220,7 @@ func TestLateHeartbeatIsContact(t *testing.T) {
 		Term:      1,
 	}
 	var resp raft.AppendEntriesResponse
-	if _, err := nodes[0].mux.hb.beat(nodes[1].addr(), "g", nodes[1].id, args, &resp, false, false, nil); err != nil || !resp.Success {
+	if _, err := nodes[0].mux.hb.beat(&voteGate{group: "g"}, nodes[1].addr(), nodes[1].id, args, &resp, false, false); err != nil || !resp.Success {
 		t.Fatalf("a heartbeat its follower takes late: %v, success %v; want contact", err, resp.Success)
 	}
 	let()

@@ -47,28 +47,21 @@ const pipelineIdleClose = 30 * time.Second
 var errPipelineBroken = errors.New("cluster: the follower refused a pipelined append; replicating one request at a time")
 
 // AppendEntriesPipeline implements raft.Transport: NetworkTransport's
-// pipeline, guarded (pipeline below).
+// pipeline, guarded (pipeline below), opened with the first append that
+// must go.
 func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	addr, _ := g.to(id, target)
-	open := func() (raft.AppendPipeline, error) { return g.NetworkTransport.AppendEntriesPipeline(id, addr) }
-	if g.mux.Protocol(string(target)) >= ProtocolCatchUp {
-		pl := newLazyPipeline(open, g.mux.hb.pipelineIdleClose)
-		pl.opened = &g.mux.hb.pipelines
+	pl := newPipeline(func() (raft.AppendPipeline, error) { return g.NetworkTransport.AppendEntriesPipeline(id, addr) })
+	pl.opened = &g.mux.hb.pipelines
+	switch proto := g.mux.Protocol(string(target)); {
+	case proto >= ProtocolCatchUp:
+		pl.idleClose = g.mux.hb.pipelineIdleClose
 		pl.idled = g.idled
 		pl.speaksCatchUp = func() bool { return g.mux.Protocol(string(target)) >= ProtocolCatchUp }
 		pl.skipped = &g.mux.hb.idleAppends
 		pl.every = g.mux.hb.idleAppendEvery
 		pl.catchUp = g.catchUpFlag(id)
-		return pl, nil
-	}
-	p, err := open()
-	if err != nil {
-		return nil, err
-	}
-	pl := newLazyPipeline(nil, 0)
-	pl.opened = &g.mux.hb.pipelines
-	pl.start(p)
-	if g.mux.Protocol(string(target)) >= ProtocolHeartbeats {
+	case proto >= ProtocolHeartbeats:
 		pl.skipped = &g.mux.hb.idleAppends
 		pl.every = idleAppendEvery
 	}
@@ -170,8 +163,7 @@ type pipeline struct {
 	// responses (forward); nil while closed for idleness. Used by
 	// AppendEntries and Close alone (Raft's send loop, one goroutine).
 	inner *innerPipeline
-	// open opens the transport's pipeline; nil when it was given open
-	// and never closes for idleness (newPipeline).
+	// open opens the transport's pipeline.
 	open func() (raft.AppendPipeline, error)
 	// idleClose is how long inner stays open with nothing sent
 	// (pipelineIdleClose); 0: for ever.
@@ -214,25 +206,16 @@ type innerPipeline struct {
 	done     chan struct{} // closed when forward returned
 }
 
-// newPipeline guards the transport's pipeline inner, open until Raft
-// closes it.
-func newPipeline(inner raft.AppendPipeline) *pipeline {
-	p := newLazyPipeline(nil, 0)
-	p.start(inner)
-	return p
-}
-
-// newLazyPipeline returns a pipeline that opens the transport's pipeline
-// with open when an append must go, and closes it again once nothing has
-// been sent on it for idleClose (0: never) and every append sent was
-// answered.
-func newLazyPipeline(open func() (raft.AppendPipeline, error), idleClose time.Duration) *pipeline {
+// newPipeline returns a pipeline that opens the transport's pipeline
+// with open when an append must go; with idleClose set, it closes it
+// again once nothing new has been sent on it for that long and every
+// append sent was answered.
+func newPipeline(open func() (raft.AppendPipeline, error)) *pipeline {
 	return &pipeline{
-		out:       make(chan raft.AppendFuture),
-		failed:    make(chan struct{}),
-		stop:      make(chan struct{}),
-		open:      open,
-		idleClose: idleClose,
+		out:    make(chan raft.AppendFuture),
+		failed: make(chan struct{}),
+		stop:   make(chan struct{}),
+		open:   open,
 	}
 }
 

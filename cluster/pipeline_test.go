@@ -57,11 +57,7 @@ func TestPipelineNeverBlocksAfterARefusal(t *testing.T) {
 	}()
 	defer func() { close(stop); <-served }()
 
-	inner, err := leader.AppendEntriesPipeline("f", follower.LocalAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newPipeline(inner)
+	p := newPipeline(func() (raft.AppendPipeline, error) { return leader.AppendEntriesPipeline("f", follower.LocalAddr()) })
 	defer p.Close()
 
 	// Raft's reader: it stops at the first response that is not a
@@ -277,8 +273,8 @@ func TestClosedPipelineSendsToAnOlderNodeAgain(t *testing.T) {
 	var skipped atomic.Int64
 	var speaks atomic.Bool
 	speaks.Store(true)
-	open := func() (raft.AppendPipeline, error) { return leader.AppendEntriesPipeline("f", follower.LocalAddr()) }
-	p := newLazyPipeline(open, 100*time.Millisecond)
+	p := newPipeline(func() (raft.AppendPipeline, error) { return leader.AppendEntriesPipeline("f", follower.LocalAddr()) })
+	p.idleClose = 100 * time.Millisecond
 	p.skipped, p.every, p.catchUp = &skipped, 200*time.Millisecond, new(atomic.Bool)
 	p.speaksCatchUp = speaks.Load
 	read := make(chan struct{})

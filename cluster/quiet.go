@@ -224,7 +224,7 @@ func (g *voteGate) answerLocally(id raft.ServerID, target raft.ServerAddress, ar
 func (g *voteGate) refresh(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest) {
 	defer g.wg.Done()
 	var resp raft.AppendEntriesResponse
-	acked, err := g.mux.hb.beat(string(target), g.group, string(id), req, &resp, true, true, g.stop)
+	acked, err := g.mux.hb.beat(g, string(target), string(id), req, &resp, true, true)
 	g.heard(id, target, req.Term, acked, err)
 }
 

@@ -225,7 +225,7 @@ func (g *voteGate) AppendEntries(id raft.ServerID, target raft.ServerAddress, ar
 			return nil
 		}
 		quiet := g.quiet.leading.Load()
-		acked, err := g.mux.hb.beat(string(target), g.group, string(id), args, resp, quiet, false, g.stop)
+		acked, err := g.mux.hb.beat(g, string(target), string(id), args, resp, quiet, false)
 		if quiet || acked {
 			g.heard(id, target, args.Term, acked, err)
 		} else if err == nil && resp.Success && resp.Term == args.Term {
