@@ -124,13 +124,13 @@ func (g *voteGate) leadQuietly(r *raft.Raft) {
 func (g *voteGate) stopLeadingQuietly(tell bool) {
 	g.quiet.mu.Lock()
 	g.quiet.leading.Store(false)
-	for id, a := range g.quiet.acked {
-		if g.quiet.waking == nil {
-			g.quiet.waking = make(map[raft.ServerID]string)
-		}
-		g.quiet.waking[id] = a.addr
-		g.quiet.hasWaking.Store(true)
+	if len(g.quiet.acked) > 0 && g.quiet.waking == nil {
+		g.quiet.waking = make(map[raft.ServerID]string, len(g.quiet.acked))
 	}
+	for id, a := range g.quiet.acked {
+		g.quiet.waking[id] = a.addr
+	}
+	g.quiet.hasWaking.Store(len(g.quiet.waking) > 0)
 	g.quiet.acked = nil
 	if r := g.raft.Load(); r != nil && g.quiet.under == "" {
 		g.reload(r, g.quiet.base) // lowering the timeout makes Raft heartbeat at once
@@ -148,9 +148,15 @@ func (g *voteGate) tookReal(id raft.ServerID) {
 		return
 	}
 	g.quiet.mu.Lock()
+	g.awake(id)
+	g.quiet.mu.Unlock()
+}
+
+// awake forgets follower id among the waking: it took a heartbeat of
+// this leader's since. The quiet state's lock is held.
+func (g *voteGate) awake(id raft.ServerID) {
 	delete(g.quiet.waking, id)
 	g.quiet.hasWaking.Store(len(g.quiet.waking) > 0)
-	g.quiet.mu.Unlock()
 }
 
 // tellWaking tells the followers that were quiet under this member and
@@ -256,8 +262,7 @@ func (g *voteGate) heard(id raft.ServerID, target raft.ServerAddress, term uint6
 		g.quiet.acked = make(map[raft.ServerID]quietAck)
 	}
 	g.quiet.acked[id] = quietAck{term: term, addr: string(target), lastReal: time.Now()}
-	delete(g.quiet.waking, id) // acked again, told if this member stops
-	g.quiet.hasWaking.Store(len(g.quiet.waking) > 0)
+	g.awake(id) // acked again, told if this member stops
 }
 
 // followQuietly makes this member quiet under the leader's node at from,
