@@ -20,6 +20,7 @@ type ackReq struct {
 func (p *Partition) ack(r *ackReq) {
 	select {
 	case p.acks <- r:
+		p.acker.kick()
 	case <-p.stop:
 		if r.done != nil {
 			r.done(ErrStopping)
@@ -30,24 +31,25 @@ func (p *Partition) ack(r *ackReq) {
 // maxAckEntryOffsets bounds the offsets of one ack entry.
 const maxAckEntryOffsets = 256 << 10
 
-// ackLoop gathers acks for AckInterval and commits them as one entry.
+// ackLoop gathers acks for AckInterval and commits them as one entry, in
+// the acker's worker.
 func (p *Partition) ackLoop() {
-	defer p.wg.Done()
+	idle := time.NewTimer(workerLinger)
+	defer idle.Stop()
 	for {
 		var first *ackReq
+		idle.Reset(workerLinger)
 		select {
 		case first = <-p.acks:
 		case <-p.stop:
-			for {
-				select {
-				case r := <-p.acks:
-					if r.done != nil {
-						r.done(ErrStopping)
-					}
-				default:
-					return
-				}
+			p.acker.ended()
+			p.failAcks()
+			return
+		case <-idle.C:
+			if p.acker.rest(func() bool { return len(p.acks) == 0 }) {
+				return
 			}
+			continue
 		}
 		reqs := []*ackReq{first}
 		offsets := len(first.offsets) + len(first.redelivered)
@@ -88,6 +90,20 @@ func (p *Partition) ackLoop() {
 			if r.done != nil {
 				r.done(rerr)
 			}
+		}
+	}
+}
+
+// failAcks fails the acks queued, once the partition stops.
+func (p *Partition) failAcks() {
+	for {
+		select {
+		case r := <-p.acks:
+			if r.done != nil {
+				r.done(ErrStopping)
+			}
+		default:
+			return
 		}
 	}
 }

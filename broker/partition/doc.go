@@ -34,11 +34,12 @@
 //
 // # API
 //
-// New(Config) returns a Partition; Start runs its loops. A session
-// claims a producer name (ClaimProducer), opens it (OpenProducer), sends
-// (Send) and lets it go (ReleaseProducer). Subscribe returns the
-// Consumer a session drives: Flow, Ack, Redeliver, Seek and SeekTime,
-// Unsubscribe, Detach and Close. Describe fills in what the partition
+// New(Config) returns a Partition; Start runs its leadership loop, and
+// the others start with their work (an idle partition holds one
+// goroutine). A session claims a producer name (ClaimProducer), opens it
+// (OpenProducer), sends (Send) and lets it go (ReleaseProducer).
+// Subscribe returns the Consumer a session drives: Flow, Ack, Redeliver,
+// Seek and SeekTime, Unsubscribe, Detach and Close. Describe fills in what the partition
 // knows of itself; Attached says whether anything is attached.
 //
 // The package declares what it needs of its neighbours: Group (its Raft

@@ -228,7 +228,12 @@ type Partition struct {
 	acks     chan *ackReq
 	inflight chan inflight
 	stop     chan struct{}
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // the leader loop
+	// The loops that hold no goroutine while idle (worker.go): the write
+	// path's two stages, the ack path, the sweep and retention.
+	proposer, committer, acker *worker
+	sweep, retention           *timed
+	sweepState                 sweepState // the sweep's own
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -239,11 +244,6 @@ type Partition struct {
 	leading     bool
 	term        uint64
 	leaderSince time.Time
-	// led is told (without blocking) when this node starts to lead: the
-	// sweep sleeps while it does not. applied is told (without blocking)
-	// when an entry is applied: the sweep of a partition without members
-	// sleeps until one is.
-	led, applied chan struct{}
 	// graceUntil (Unix nanoseconds) ends the reconnect grace of this
 	// node's current leadership: until then members that have not
 	// reconnected keep their roles (SUB-7).
@@ -255,6 +255,15 @@ type Partition struct {
 	attaching map[[2]string]int // every join in progress, newcomer or not
 }
 
+// queueDepth bounds the sends and the acks queued for the write and ack
+// paths; a full queue pushes back on the session's connection. The queues
+// are allocated with the partition, idle or not, and scanned by the
+// garbage collector on every cycle: 1,024 of each, with the in-flight
+// queue, were a third of an idle node's heap at a thousand partitions.
+// Each entry is a whole batch of a producer or of a consumer's acks, and
+// the proposer empties the queue into every entry it makes.
+const queueDepth = 256
+
 // New checks the configuration and returns a partition that has started
 // nothing.
 func New(cfg Config) (*Partition, error) {
@@ -262,7 +271,7 @@ func New(cfg Config) (*Partition, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Partition{
+	p := &Partition{
 		name:         cfg.Name,
 		cfg:          cfg,
 		log:          cfg.Log,
@@ -274,31 +283,33 @@ func New(cfg Config) (*Partition, error) {
 		onDamage:     cfg.OnDamage,
 		reserve:      cfg.Reserve,
 		policy:       cfg.Retention,
-		sends:        make(chan *sendReq, 1024),
-		acks:         make(chan *ackReq, 1024),
+		sends:        make(chan *sendReq, queueDepth),
+		acks:         make(chan *ackReq, queueDepth),
 		inflight:     make(chan inflight, cfg.MaxInflight),
 		stop:         make(chan struct{}),
-		led:          make(chan struct{}, 1),
-		applied:      make(chan struct{}, 1),
 		dispatchers:  map[string]*dispatcher{},
 		owners:       map[string]Holder{},
 		joining:      map[[2]string]int{},
 		attaching:    map[[2]string]int{},
-	}, nil
+	}
+	p.proposer = newWorker(p.proposeLoop, p.failQueued)
+	p.committer = newWorker(p.commitLoop, p.answerInflight)
+	p.acker = newWorker(p.ackLoop, p.failAcks)
+	p.sweep = newTimed(cfg.SweepInterval, p.sweepOnce)
+	p.retention = newTimed(cfg.RetentionInterval, p.retainOnce)
+	return p, nil
 }
 
 // Name returns the partition's name.
 func (p *Partition) Name() string { return p.name }
 
-// Start runs the write, ack, leadership, sweep and retention loops.
+// Start runs the leader loop and arms the sweep's and retention's timers;
+// the write and ack paths start with their first request.
 func (p *Partition) Start() {
-	p.wg.Add(6)
-	go p.proposeLoop()
-	go p.commitLoop()
-	go p.ackLoop()
+	p.wg.Add(1)
 	go p.leaderLoop(p.group.WatchLeader())
-	go p.sweepLoop()
-	go p.retentionLoop()
+	p.sweep.start()
+	p.retention.start()
 }
 
 // leaderLoop follows the group's leadership: when this node stops leading,
@@ -340,10 +351,7 @@ func (p *Partition) leaderLoop(w *cluster.LeaderWatch) {
 			p.leading, p.term = l.IsLeader, l.Term
 			p.mu.Unlock()
 			if l.IsLeader {
-				select { // after leading is set: the sweep reads it
-				case p.led <- struct{}{}:
-				default:
-				}
+				p.sweep.wake() // after leading is set: the sweep reads it
 			}
 			if p.onLeadership != nil {
 				p.onLeadership(l)
@@ -391,10 +399,16 @@ func (p *Partition) StopAccepting() {
 	p.evictAll()
 }
 
-// Wait waits for the loops, then stops the dispatchers. Call it after
-// StopAccepting and after the Raft group is closed.
+// Wait waits for the loops, answers what they left queued, then stops the
+// dispatchers. Call it after StopAccepting and after the Raft group is
+// closed.
 func (p *Partition) Wait() {
 	p.wg.Wait()
+	p.proposer.stop() // first: it hands entries to the committer
+	p.committer.stop()
+	p.acker.stop()
+	p.sweep.stop()
+	p.retention.stop()
 	p.mu.Lock()
 	ds := slices.Collect(maps.Values(p.dispatchers))
 	p.dispatchers = map[string]*dispatcher{}
@@ -406,12 +420,11 @@ func (p *Partition) Wait() {
 // members, after the state machine applied an entry
 // (fsm.Config.Applied); data says it only added messages.
 func (p *Partition) Applied(_ uint64, data bool) {
-	select {
-	case p.applied <- struct{}{}:
-	default:
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.leading {
+		p.sweep.wake()
+	}
 	for _, d := range p.dispatchers {
 		if data {
 			d.notifyData()

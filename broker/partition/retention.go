@@ -22,27 +22,23 @@ type quotaState struct {
 	quota    int64
 }
 
-// retentionLoop applies the stream's retention policy. On every replica it
-// deletes what a failed trim left below the replicated start; on the
-// leader it decides retention and proposes the new start (a retainEntry)
-// and enforces the backlog quota. Like the sweep, it runs for the life of
-// the partition and acts on the leader's part only while this node leads.
-func (p *Partition) retentionLoop() {
-	defer p.wg.Done()
-	t := time.NewTicker(p.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case now := <-t.C:
-			p.retainOnce(now)
-		}
+// retainOnce is a run of retention, every RetentionInterval on a timer
+// for the life of the partition. On every replica it deletes what a failed
+// trim left below the replicated start; on the leader it decides
+// retention and proposes the new start (a retainEntry) and enforces the
+// backlog quota.
+func (p *Partition) retainOnce(now time.Time) bool {
+	select {
+	case <-p.stop:
+		return false
+	default:
 	}
+	p.retain(now)
+	return true
 }
 
-// retainOnce is one pass of the retention loop.
-func (p *Partition) retainOnce(now time.Time) {
+// retain is one pass of retention.
+func (p *Partition) retain(now time.Time) {
 	if start := p.fsm.StartOffset(); p.log.Info().StartOffset < start {
 		if _, err := p.log.TrimBefore(start); err != nil {
 			p.logger.Warn("cannot delete segments below the partition's start", "start", start, "err", err)

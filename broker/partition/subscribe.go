@@ -316,93 +316,87 @@ func (p *Partition) leave(sub string, ms ...memberState) {
 	}
 }
 
-// sweepLoop removes, on the leader, the members that stayed away longer
-// than the reconnect grace: after a leader change, consumers that did not
-// come back give up their roles (SUB-7); in steady state, members whose
-// leave failed are removed.
-func (p *Partition) sweepLoop() {
-	defer p.wg.Done()
-	t := time.NewTicker(p.cfg.SweepInterval)
-	defer t.Stop()
-	away := map[[2]string]time.Time{}
-	var term uint64
-	var last time.Time
-	for {
-		select {
-		case <-p.stop:
-			return
-		case now := <-t.C:
-			p.mu.Lock()
-			leading, cur, since := p.leading, p.term, p.leaderSince
-			p.mu.Unlock()
-			if !leading || cur != term {
-				clear(away)
-				term, last = cur, time.Time{}
-				if !leading {
-					// Most replicas of a node follow: they sleep until
-					// this node leads instead of ticking for nothing.
-					t.Stop()
-					select {
-					case <-p.stop:
-						return
-					case <-p.led:
-					}
-					t.Reset(p.cfg.SweepInterval)
-					continue
-				}
-			}
-			all := p.fsm.AllMembers()
-			if len(all) == 0 {
-				// An idle stream's leader: nobody to sweep until an
-				// entry is applied (members join through Raft) or this
-				// node leads anew. Ticking for nothing, a thousand idle
-				// leaders cost a node 4 % of its CPU. Nobody was away
-				// before the wake.
-				clear(away)
-				t.Stop()
-				select {
-				case <-p.stop:
-					return
-				case <-p.applied:
-				case <-p.led:
-				}
-				last = time.Now()
-				t.Reset(p.cfg.SweepInterval)
-				continue
-			}
-			seen := map[[2]string]time.Time{}
-			gone := map[string][]memberState{}
-			for sub, ms := range all {
-				var names map[string]bool
-				if d := p.dispatcherOf(sub); d != nil {
-					names = d.connectedNames()
-				}
-				for _, m := range ms {
-					if names[m.Name] || p.isAttaching(sub, m.Name) {
-						continue
-					}
-					k := [2]string{sub, m.Name}
-					first, ok := away[k]
-					if !ok {
-						first = since
-						if last.After(first) {
-							first = last
-						}
-					}
-					if now.Sub(first) >= p.cfg.ReconnectGrace {
-						gone[sub] = append(gone[sub], memberState{Name: m.Name, Gen: m.Gen})
-						continue
-					}
-					seen[k] = first
-				}
-			}
-			away, last = seen, now
-			// Roles kept for away members lapse when the grace ends.
-			p.Applied(0, false)
-			for sub, ms := range gone {
-				p.logger.Info("consumers did not come back within the reconnect grace; their roles move on", "subscription", sub, "consumers", len(ms))
-				p.leave(sub, ms...)
-			}
+// sweepState is what the sweep keeps from one run to the next.
+type sweepState struct {
+	// away holds, per member away at the last run, since when it counts
+	// as away.
+	away map[[2]string]time.Time
+	term uint64
+	// last is when the previous run looked; the zero time after a
+	// leadership change.
+	last time.Time
+	// slept is set when the sweep went to sleep with nobody to sweep.
+	slept bool
+}
+
+// sweepOnce is a run of the sweep, which removes, on the leader, the
+// members that stayed away longer than the reconnect grace: after a
+// leader change, consumers that did not come back give up their roles
+// (SUB-7); in steady state, members whose leave failed are removed. It
+// runs every SweepInterval while this node leads a partition with
+// members, and sleeps otherwise (returns false): most replicas of a node
+// follow, and a thousand idle leaders ticking for nothing cost a node 4 %
+// of its CPU. Leadership gained and an entry applied on the leader
+// (members join through Raft) wake it.
+func (p *Partition) sweepOnce(now time.Time) bool {
+	select {
+	case <-p.stop:
+		return false
+	default:
+	}
+	s := &p.sweepState
+	p.mu.Lock()
+	leading, cur, since := p.leading, p.term, p.leaderSince
+	p.mu.Unlock()
+	if !leading || cur != s.term {
+		clear(s.away)
+		s.term, s.last, s.slept = cur, time.Time{}, false
+		if !leading {
+			return false
 		}
 	}
+	if s.slept {
+		// Nobody was away before the wake, a run ago.
+		s.last, s.slept = now.Add(-p.cfg.SweepInterval), false
+	}
+	all := p.fsm.AllMembers()
+	if len(all) == 0 {
+		clear(s.away)
+		s.slept = true
+		return false
+	}
+	seen := map[[2]string]time.Time{}
+	gone := map[string][]memberState{}
+	for sub, ms := range all {
+		var names map[string]bool
+		if d := p.dispatcherOf(sub); d != nil {
+			names = d.connectedNames()
+		}
+		for _, m := range ms {
+			if names[m.Name] || p.isAttaching(sub, m.Name) {
+				continue
+			}
+			k := [2]string{sub, m.Name}
+			first, ok := s.away[k]
+			if !ok {
+				first = since
+				if s.last.After(first) {
+					first = s.last
+				}
+			}
+			if now.Sub(first) >= p.cfg.ReconnectGrace {
+				gone[sub] = append(gone[sub], memberState{Name: m.Name, Gen: m.Gen})
+				continue
+			}
+			seen[k] = first
+		}
+	}
+	s.away, s.last = seen, now
+	// Roles kept for away members lapse when the grace ends.
+	p.Applied(0, false)
+	for sub, ms := range gone {
+		p.logger.Info("consumers did not come back within the reconnect grace; their roles move on", "subscription", sub, "consumers", len(ms))
+		p.leave(sub, ms...)
+	}
+	return true
 }

@@ -77,6 +77,7 @@ func (p *Partition) enqueue(ctx context.Context, r *sendReq) {
 	}
 	select {
 	case p.sends <- r:
+		p.proposer.kick()
 	case <-ctx.Done():
 		r.done(nil, wire.Errorf(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
 	case <-p.stop:
@@ -118,23 +119,31 @@ func (p *Partition) publishTime() int64 {
 	return p.lastPublish
 }
 
-// proposeLoop groups queued sends into entries and proposes them in order.
-// Order matters: a producer's sequence ids must reach the state machine in
-// the order it sent them, or deduplication would drop the later-proposed
-// lower ones.
+// proposeLoop groups queued sends into entries and proposes them in order,
+// in the proposer's worker. Order matters: a producer's sequence ids must
+// reach the state machine in the order it sent them, or deduplication
+// would drop the later-proposed lower ones; the worker runs one loop at a
+// time.
 func (p *Partition) proposeLoop() {
-	defer p.wg.Done()
-	defer close(p.inflight)
 	var carry *sendReq // taken from the queue but too big for the last entry
+	idle := time.NewTimer(workerLinger)
+	defer idle.Stop()
 	for {
 		first := carry
 		carry = nil
 		if first == nil {
+			idle.Reset(workerLinger)
 			select {
 			case first = <-p.sends:
 			case <-p.stop:
+				p.proposer.ended()
 				p.failQueued()
 				return
+			case <-idle.C:
+				if p.proposer.rest(func() bool { return len(p.sends) == 0 }) {
+					return
+				}
+				continue
 			}
 		}
 		reqs := []*sendReq{first}
@@ -168,18 +177,24 @@ func (p *Partition) proposeLoop() {
 		f := p.group.Propose(data, p.cfg.ApplyTimeout)
 		select {
 		case p.inflight <- inflight{future: f, reqs: reqs, proposed: proposed}:
+			p.committer.kick()
 		case <-p.stop:
 			// The entry may still commit; its senders learn nothing
 			// and retry with the same sequence ids, which dedup drops.
 			for _, r := range reqs {
 				r.done(nil, ErrStopping)
 			}
+			if carry != nil {
+				carry.done(nil, ErrStopping)
+			}
+			p.proposer.ended()
 			p.failQueued()
 			return
 		}
 	}
 }
 
+// failQueued fails the sends queued, once the partition stops.
 func (p *Partition) failQueued() {
 	for {
 		select {
@@ -191,48 +206,81 @@ func (p *Partition) failQueued() {
 	}
 }
 
-// commitLoop waits for proposed entries in order and answers their senders.
+// commitLoop waits for proposed entries in order and answers their
+// senders, in the committer's worker. Once the partition stops it answers
+// what is in flight (the group's closing fails what did not commit) and
+// ends.
 func (p *Partition) commitLoop() {
-	defer p.wg.Done()
-	for in := range p.inflight {
-		err := p.group.Wait(in.future)
-		if err == nil && p.cfg.OnCommit != nil {
-			p.cfg.OnCommit(time.Since(in.proposed))
-		}
-		var results []fsm.SendResult
-		if err == nil {
-			results, err = fsm.Answer(fsm.Send{}, in.future.Response())
-		}
-		if err == nil {
-			if len(results) != len(in.reqs) {
-				err = fmt.Errorf("state machine answered %d results for %d batches", len(results), len(in.reqs))
+	idle := time.NewTimer(workerLinger)
+	defer idle.Stop()
+	for {
+		idle.Reset(workerLinger)
+		select {
+		case in := <-p.inflight:
+			p.commit(in)
+		case <-p.stop:
+			p.committer.ended()
+			p.answerInflight()
+			return
+		case <-idle.C:
+			if p.committer.rest(func() bool { return len(p.inflight) == 0 }) {
+				return
 			}
 		}
-		if err != nil {
-			werr := p.raftError(err)
-			for _, r := range in.reqs {
-				r.done(nil, werr)
-			}
+	}
+}
+
+// answerInflight answers the entries in flight, once the partition stops.
+func (p *Partition) answerInflight() {
+	for {
+		select {
+		case in := <-p.inflight:
+			p.commit(in)
+		default:
+			return
+		}
+	}
+}
+
+// commit waits for a proposed entry and answers its senders.
+func (p *Partition) commit(in inflight) {
+	err := p.group.Wait(in.future)
+	if err == nil && p.cfg.OnCommit != nil {
+		p.cfg.OnCommit(time.Since(in.proposed))
+	}
+	var results []fsm.SendResult
+	if err == nil {
+		results, err = fsm.Answer(fsm.Send{}, in.future.Response())
+	}
+	if err == nil {
+		if len(results) != len(in.reqs) {
+			err = fmt.Errorf("state machine answered %d results for %d batches", len(results), len(in.reqs))
+		}
+	}
+	if err != nil {
+		werr := p.raftError(err)
+		for _, r := range in.reqs {
+			r.done(nil, werr)
+		}
+		return
+	}
+	next := p.fsm.NextOffset()
+	for i, r := range in.reqs {
+		r.lastSeq = results[i].LastSeq
+		if results[i].Err != nil {
+			r.done(nil, sendRefusal(results[i].Err, r.msgs, results[i].LastSeq))
 			continue
 		}
-		next := p.fsm.NextOffset()
-		for i, r := range in.reqs {
-			r.lastSeq = results[i].LastSeq
-			if results[i].Err != nil {
-				r.done(nil, sendRefusal(results[i].Err, r.msgs, results[i].LastSeq))
-				continue
-			}
-			if len(r.msgs) > 0 && !heldOffsets(results[i].Offsets, len(r.msgs), next) {
-				// Never expected: the state machine answers only for
-				// what the log holds. Refused rather than acknowledged.
-				p.logger.Error("state machine answered a send with offsets the log does not hold",
-					"producer", r.producer, "offsets", results[i].Offsets, "messages", len(r.msgs), "next", next)
-				r.done(nil, wire.Errorf(transport.CodeUnknown, "the send's offsets could not be confirmed; nothing is acknowledged"))
-				continue
-			}
-			p.traffic.BytesIn.Add(uint64(payloadBytes(r.msgs)))
-			r.done(results[i].Offsets, nil)
+		if len(r.msgs) > 0 && !heldOffsets(results[i].Offsets, len(r.msgs), next) {
+			// Never expected: the state machine answers only for
+			// what the log holds. Refused rather than acknowledged.
+			p.logger.Error("state machine answered a send with offsets the log does not hold",
+				"producer", r.producer, "offsets", results[i].Offsets, "messages", len(r.msgs), "next", next)
+			r.done(nil, wire.Errorf(transport.CodeUnknown, "the send's offsets could not be confirmed; nothing is acknowledged"))
+			continue
 		}
+		p.traffic.BytesIn.Add(uint64(payloadBytes(r.msgs)))
+		r.done(results[i].Offsets, nil)
 	}
 }
 

@@ -1,0 +1,158 @@
+package partition
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A worker started by every request it finds idle handles each request
+// queued by many senders once, never runs two loops at a time, and, once
+// stopped, fails what is queued instead of starting again.
+func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
+	queue := make(chan int, 16)
+	var handled sync.Map
+	var running, most, loops atomic.Int32
+	var w *worker
+	w = newWorker(func() {
+		loops.Add(1)
+		n := running.Add(1)
+		for {
+			if m := most.Load(); n > m {
+				most.CompareAndSwap(m, n)
+			}
+			select {
+			case v := <-queue:
+				if _, dup := handled.LoadOrStore(v, "ran"); dup {
+					t.Errorf("request %d handled twice", v)
+				}
+			default:
+				// End as soon as the queue is empty: the race between
+				// a request queued and the loop ending is taken as
+				// often as it can be.
+				running.Add(-1)
+				runtime.Gosched() // a request may come in meanwhile
+				if w.rest(func() bool { return len(queue) == 0 }) {
+					return
+				}
+				n = running.Add(1)
+			}
+		}
+	}, func() {
+		for {
+			select {
+			case v := <-queue:
+				handled.LoadOrStore(v, "drained")
+			default:
+				return
+			}
+		}
+	})
+
+	const senders, each = 8, 2000
+	// A request left queued with no loop running blocks the senders once
+	// the queue is full.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range each {
+				select {
+				case queue <- s*each + i:
+				case <-ctx.Done():
+					return
+				}
+				w.kick()
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatal("requests were left queued with no loop running")
+	}
+	// Every request sent before stop is handled by a loop: stop waits
+	// for the last one, and drains nothing.
+	w.stop()
+	count := 0
+	handled.Range(func(k, v any) bool {
+		count++
+		if v != "ran" {
+			t.Errorf("request %v was %s, not run by the loop", k, v)
+		}
+		return true
+	})
+	if count != senders*each {
+		t.Fatalf("%d requests handled, want %d", count, senders*each)
+	}
+	if most.Load() != 1 {
+		t.Fatalf("%d loops ran at once", most.Load())
+	}
+	if loops.Load() < 2 {
+		t.Fatalf("the loop started %d times: it never ended while idle", loops.Load())
+	}
+
+	// Stopped: a request queued is drained by its kick, no loop starts.
+	before := loops.Load()
+	queue <- -1
+	w.kick()
+	if v, _ := handled.Load(-1); v != "drained" {
+		t.Fatalf("a request queued after stop was %v, not drained", v)
+	}
+	if loops.Load() != before {
+		t.Fatal("a loop started after stop")
+	}
+}
+
+// A timed run that returns false sleeps until woken; a wake during a run
+// keeps it awake; runs never overlap; stop waits for the run in progress
+// and no run starts after it.
+func TestTimedSleepsUntilWokenAndStops(t *testing.T) {
+	runs := make(chan chan bool) // each run hands over where it is told what to return
+	var inRun atomic.Int32
+	tm := newTimed(time.Millisecond, func(time.Time) bool {
+		if inRun.Add(1) != 1 {
+			t.Error("two runs at once")
+		}
+		defer inRun.Add(-1)
+		answer := make(chan bool)
+		runs <- answer
+		return <-answer
+	})
+	tm.start()
+	(<-runs) <- true // runs again
+	(<-runs) <- false
+	// Asleep: no run starts until woken.
+	select {
+	case <-runs:
+		t.Fatal("a run started while asleep")
+	case <-time.After(50 * time.Millisecond):
+	}
+	tm.wake()
+	answer := <-runs
+	tm.wake() // while running: the run's false does not put it to sleep
+	answer <- false
+	answer = <-runs
+	// stop waits for the run in progress.
+	stopped := make(chan struct{})
+	go func() {
+		tm.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while a run was in progress")
+	case <-time.After(50 * time.Millisecond):
+	}
+	answer <- true
+	<-stopped
+	tm.wake()
+	select {
+	case <-runs:
+		t.Fatal("a run started after stop")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
