@@ -44,8 +44,7 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 //
 // Every write is mirrored, best effort, to the values raft-boltdb keeps
 // in raft.db, which is where older versions read them: mirrorAfter after
-// it, by the store's own goroutine (mirrorLoop), and before Close
-// returns. Mirrored as part of each write, a term or a vote cost a bolt
+// it, on a timer (no goroutine waits for it), and before Close returns. Mirrored as part of each write, a term or a vote cost a bolt
 // commit, two more syncs, before Raft could answer: after a restart of
 // every node of a thousand partitions, that doubled the time until every
 // one was led.
@@ -59,12 +58,15 @@ type stableStore struct {
 	mirror raft.StableStore
 	logger *slog.Logger
 
-	// mirrored are the values raft.db was last given (flushMu).
+	// due copies the values to raft.db when it fires; nil while no copy
+	// is due (mu).
+	due *time.Timer
+
+	// mirrored are the values raft.db was last given (flushMu); nothing
+	// is copied once closed.
 	flushMu  sync.Mutex
 	mirrored map[string][]byte
-	dirty    chan struct{} // told, without blocking, after each Set
-	stop     chan struct{}
-	done     chan struct{}
+	closed   bool
 	once     sync.Once
 }
 
@@ -83,8 +85,7 @@ func openStableStore(dir string, mirror raft.StableStore, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	s := &stableStore{f: f, mirror: mirror, logger: logger, mirrored: map[string][]byte{},
-		dirty: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &stableStore{f: f, mirror: mirror, logger: logger, mirrored: map[string][]byte{}}
 	if err := s.load(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("cluster: %s: %w", path, err)
@@ -94,8 +95,9 @@ func openStableStore(dir string, mirror raft.StableStore, logger *slog.Logger) (
 			s.mirrored[k] = v
 		}
 	}
-	go s.mirrorLoop()
-	s.dirty <- struct{}{} // raft.db may lack a value: an earlier copy failed
+	s.mu.Lock()
+	s.mirrorLater() // raft.db may lack a value: an earlier copy failed
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -108,25 +110,18 @@ func openStableStore(dir string, mirror raft.StableStore, logger *slog.Logger) (
 // writes of a burst go in one pass, after it.
 const mirrorAfter = 10 * time.Second
 
-// mirrorLoop copies the values to raft.db mirrorAfter after writes, until
-// Close.
-func (s *stableStore) mirrorLoop() {
-	defer close(s.done)
-	for {
-		select {
-		case <-s.dirty:
-		case <-s.stop:
-			return
-		}
-		t := time.NewTimer(mirrorAfter)
-		select {
-		case <-t.C:
-			s.flush()
-		case <-s.stop:
-			t.Stop()
-			return // Close gives raft.db the rest
-		}
+// mirrorLater arms the copy to raft.db, mirrorAfter from now, unless one
+// is due already. s.mu is held.
+func (s *stableStore) mirrorLater() {
+	if s.due != nil {
+		return
 	}
+	s.due = time.AfterFunc(mirrorAfter, func() {
+		s.mu.Lock()
+		s.due = nil
+		s.mu.Unlock()
+		s.flush()
+	})
 }
 
 // flush gives raft.db the values it does not hold yet, best effort.
@@ -136,6 +131,9 @@ func (s *stableStore) flush() {
 	s.mu.Unlock()
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	if s.closed {
+		return
+	}
 	for _, k := range raftStableKeys {
 		v, ok := vals[k]
 		if !ok || bytes.Equal(s.mirrored[k], v) {
@@ -274,10 +272,7 @@ func (s *stableStore) Set(key, val []byte) error {
 	}
 	s.seq++
 	s.vals = vals
-	select {
-	case s.dirty <- struct{}{}:
-	default:
-	}
+	s.mirrorLater()
 	return nil
 }
 
@@ -315,9 +310,16 @@ func (s *stableStore) GetUint64(key []byte) (uint64, error) {
 func (s *stableStore) Close() error {
 	var err error
 	s.once.Do(func() {
-		close(s.stop)
-		<-s.done
-		s.flush()
+		s.mu.Lock()
+		if s.due != nil {
+			s.due.Stop()
+			s.due = nil
+		}
+		s.mu.Unlock()
+		s.flush() // the rest; a copy the timer runs now waits for it, then finds it closed
+		s.flushMu.Lock()
+		s.closed = true
+		s.flushMu.Unlock()
 		err = s.f.Close()
 	})
 	return err
