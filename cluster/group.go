@@ -43,25 +43,23 @@ type Server struct {
 // package's sentinels: *NotLeaderError, ErrLeadershipLost, ErrTimeout,
 // ErrClosed.
 type Group struct {
-	id      string
-	nodeID  string
-	addr    string
-	cfg     GroupConfig
-	logger  *slog.Logger
-	raft    *raft.Raft
-	trans   *raft.NetworkTransport
-	gate    *voteGate // trans as Raft sees it
-	layer   *Layer
-	store   *raftboltdb.BoltStore
-	log     *checkedStore // store as Raft sees it (logstore.go)
-	damage  *damageReport // where its stores report damage
-	stable  *stableStore  // Raft's term and vote (stable.go)
-	snaps   *SnapshotStore
-	fsm     *configFSM // cfg.FSM, learning committed configurations
-	obs     *raft.Observer
-	obsCh   chan raft.Observation
-	stop    chan struct{} // closed by Close: stops the leadership loop
-	stopped chan struct{} // closed when the leadership loop returned
+	id     string
+	nodeID string
+	addr   string
+	cfg    GroupConfig
+	logger *slog.Logger
+	raft   *raft.Raft
+	trans  *raft.NetworkTransport
+	gate   *voteGate // trans as Raft sees it
+	layer  *Layer
+	store  *raftboltdb.BoltStore
+	log    *checkedStore // store as Raft sees it (logstore.go)
+	damage *damageReport // where its stores report damage
+	stable *stableStore  // Raft's term and vote (stable.go)
+	snaps  *SnapshotStore
+	fsm    *configFSM     // cfg.FSM, learning committed configurations
+	obs    *raft.Observer // publishes leadership changes (leadership.go)
+	stop   chan struct{}  // closed by Close: stops what waits on the group
 	// down is closed by Close once Raft was told to shut down and had
 	// its time to: a future still pending then may never complete (Wait).
 	down chan struct{}
@@ -102,9 +100,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		addr:     cfg.LocalAddr,
 		cfg:      cfg,
 		logger:   logger,
-		obsCh:    make(chan raft.Observation, 16),
 		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
 		down:     make(chan struct{}),
 		watchers: make(map[*LeaderWatch]struct{}),
 	}
@@ -188,15 +184,9 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	g.gate = gate
 
 	g.current = g.readLeadership()
-	g.obs = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {
-		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.RaftState:
-			return true
-		}
-		return false
-	})
+	g.obs = raft.NewObserver(nil, false, g.observe)
 	g.raft.RegisterObserver(g.obs)
-	go g.leadershipLoop()
+	g.publish() // what changed before the observer was registered
 	// A group opened again with no leader known (its node restarted):
 	// its first member stands soon (elect.go).
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.OpTimeout)
@@ -491,7 +481,7 @@ func (g *Group) Snapshot(ctx context.Context) error {
 // are closed to unblock it; the transport and the Layer close, which closes
 // every connection of the group; the waits on Raft futures return (up to
 // ShutdownTimeout more, which is also Raft's second chance to stop); the
-// leadership loop stops and every LeaderWatch channel is closed; the bolt
+// leadership observer is removed and every LeaderWatch channel is closed; the bolt
 // store closes. If Raft did not stop, the store is left open (Raft may
 // still use it) and Close returns ErrTimeout. Close is idempotent and safe
 // to call concurrently.
@@ -534,9 +524,8 @@ func (g *Group) close() error {
 	}
 	t.Stop()
 
-	g.raft.DeregisterObserver(g.obs)
+	g.raft.DeregisterObserver(g.obs) // waits for an observation in progress
 	close(g.stop)
-	<-g.stopped
 	g.mu.Lock()
 	for w := range g.watchers {
 		delete(g.watchers, w)

@@ -60,29 +60,26 @@ func (g *Group) WatchLeader() *LeaderWatch {
 	return w
 }
 
-// leadershipLoop turns Raft's observations into Leadership values. Raft
-// sends observations without blocking and drops them when the buffer is
-// full; the loop never trusts an observation's content but reads Raft's
-// current state after each one. Raft updates its state before it observes,
-// so a dropped observation's change is seen by the read that follows the
-// observations still buffered when it was dropped.
-func (g *Group) leadershipLoop() {
-	defer close(g.stopped)
-	g.publish(g.readLeadership()) // what changed before the observer was registered
-	for {
-		select {
-		case <-g.stop:
-			return
-		case o := <-g.obsCh:
-			if st, ok := o.Data.(raft.RaftState); ok && st == raft.Candidate && g.cfg.Events != nil {
-				g.cfg.Events.Elections.Add(1)
-			}
-			if len(g.obsCh) > 0 {
-				continue // read the state once, after the last of a burst
-			}
-			g.publish(g.readLeadership())
+// observe turns Raft's observations into Leadership values, in the
+// goroutine of Raft that observed (its observer's filter: nothing goes to
+// a channel, and no goroutine waits for the next change, which an idle
+// group may not see for days). It never trusts an observation's content
+// but reads Raft's current state under the group's lock, in publish: Raft
+// updates its state before it observes, and two of its goroutines may
+// observe at once (the main loop, and a heartbeat handled on the
+// transport's), so the last to take the lock publishes the state after
+// the last change.
+func (g *Group) observe(o *raft.Observation) bool {
+	switch d := o.Data.(type) {
+	case raft.RaftState:
+		if d == raft.Candidate && g.cfg.Events != nil {
+			g.cfg.Events.Elections.Add(1)
 		}
+		g.publish()
+	case raft.LeaderObservation:
+		g.publish()
 	}
+	return false
 }
 
 // readLeadership reads Raft's current leadership.
@@ -97,12 +94,13 @@ func (g *Group) readLeadership() Leadership {
 	return Leadership{LeaderID: string(id), LeaderAddr: string(addr), Term: g.raft.CurrentTerm()}
 }
 
-// publish records l and hands it to every watcher if it differs from the
-// last one: in leader, or in term while this node leads (leadership lost
-// and won again between two reads).
-func (g *Group) publish(l Leadership) {
+// publish reads the leadership, records it and hands it to every watcher
+// if it differs from the last one: in leader, or in term while this node
+// leads (leadership lost and won again between two reads).
+func (g *Group) publish() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	l := g.readLeadership()
 	c := g.current
 	if c.IsLeader == l.IsLeader && c.LeaderID == l.LeaderID && c.LeaderAddr == l.LeaderAddr &&
 		(!l.IsLeader || c.Term == l.Term) {
@@ -121,8 +119,8 @@ func (g *Group) publish(l Leadership) {
 		select {
 		case w.ch <- l:
 		default:
-			// Replace the value the reader has not taken yet. Only this
-			// goroutine sends, under g.mu, so the second send cannot block.
+			// Replace the value the reader has not taken yet. Values are
+			// sent under g.mu only, so the second send cannot block.
 			select {
 			case <-w.ch:
 			default:
