@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -147,3 +148,45 @@ func TestProcessorOnReplicatedState(t *testing.T) {
 }
 
 var _ raft.FSM = (*Machine)(nil)
+
+// A send's entry is encoded into a buffer sized for it: what it encodes
+// to never exceeds the size Encode reserves, whatever its messages carry
+// (so the buffer is allocated once, not grown by doubling on the write
+// path of every message).
+func TestSendEncodesWithinItsReservedSize(t *testing.T) {
+	big := make([]byte, 64<<10)
+	sends := map[string]Send{
+		"empty batch": {PublishTime: 1, Batches: []Batch{{Producer: "p"}}},
+		"one tiny":    {Batches: []Batch{{Producer: "p", Messages: []Message{{SequenceID: 1}}}}},
+		"every field": {PublishTime: 1 << 62, Batches: []Batch{{Producer: "a-long-producer-name-" + string(big[:200]), Messages: []Message{{
+			Key: "k", OrderingKey: []byte("ok"), Properties: map[string]string{"a": "b", "": "", "long": string(big[:300])},
+			EventTime: 1 << 62, PublishTime: 1 << 62, SequenceID: 1 << 63, Payload: big,
+		}}}}},
+	}
+	many := Batch{Producer: "p"}
+	for i := range 1000 {
+		many.Messages = append(many.Messages, Message{Key: "key", SequenceID: uint64(i) << 40, EventTime: 1 << 40, Payload: big[:1024]})
+	}
+	sends["1,000 of 1 KiB, two producers"] = Send{PublishTime: 1 << 40, Batches: []Batch{many, many}}
+	for name, s := range sends {
+		data, err := Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > s.encodedSize() {
+			t.Errorf("%s: encoded to %d bytes, %d reserved", name, len(data), s.encodedSize())
+		}
+		if raceEnabled {
+			continue
+		}
+		// The encoder's own allocations (a few per message, a few
+		// hundred bytes with them) come on top of the buffer's.
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _ = Encode(s)
+		runtime.ReadMemStats(&after)
+		if got, most := after.TotalAlloc-before.TotalAlloc, uint64(s.encodedSize())*5/4+1024; got > most {
+			t.Errorf("%s: %d bytes allocated to encode %d, want at most %d", name, got, len(data), most)
+		}
+	}
+}

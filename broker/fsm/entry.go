@@ -55,6 +55,11 @@ type Command[R any] interface {
 // msgpack body, map keys sorted so that equal commands encode alike.
 func Encode[R any](c Command[R]) ([]byte, error) {
 	var buf bytes.Buffer
+	if s, ok := any(c).(sized); ok {
+		// Grown by doubling, a send's entry cost two and a half times
+		// its size in allocations, on the write path of every message.
+		buf.Grow(s.encodedSize())
+	}
 	buf.WriteByte(byte(c.entryType()))
 	enc := msgpack.NewEncoder(&buf)
 	enc.SetSortMapKeys(true)
@@ -88,6 +93,31 @@ type Send struct {
 	// PublishTime stamps messages that carry none; the leader sets it.
 	PublishTime int64   `msgpack:"pt"`
 	Batches     []Batch `msgpack:"b"`
+}
+
+// sized is a command that knows about how large it encodes.
+type sized interface {
+	encodedSize() int
+}
+
+// messageOverhead bounds what msgpack adds to a message's bytes: its
+// field names, lengths and numbers.
+const messageOverhead = 48
+
+// encodedSize returns about what the send encodes to, a little more
+// rather than less.
+func (s Send) encodedSize() int {
+	n := 16
+	for _, b := range s.Batches {
+		n += 16 + len(b.Producer)
+		for _, m := range b.Messages {
+			n += messageOverhead + len(m.Key) + len(m.OrderingKey) + len(m.Payload)
+			for k, v := range m.Properties {
+				n += 8 + len(k) + len(v)
+			}
+		}
+	}
+	return n
 }
 
 // Batch is one producer's messages in a Send, in increasing sequence ids.
