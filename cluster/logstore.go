@@ -97,10 +97,13 @@ func verifyEntry(l *raft.Log) error {
 // Raft reads its last entry for every follower every commit timeout, to
 // build an append it then does not send (pipeline.go), and on a node of
 // a thousand idle groups those reads, each a bolt transaction and a
-// msgpack decode, were a sixth of its CPU.
+// msgpack decode, were a sixth of its CPU. And it keeps, for a few
+// seconds, the newest entries it stored, for Raft's reads right after
+// (recentEntries).
 type checkedStore struct {
 	raft.LogStore
 	damage *damageReport
+	recent recentEntries
 
 	lastMu sync.Mutex
 	last   *raft.Log // a copy of the newest entry stored; nil: none kept
@@ -217,7 +220,7 @@ func (s *checkedStore) GetLog(index uint64, l *raft.Log) error {
 }
 
 func (s *checkedStore) getLog(index uint64, l *raft.Log) (err error) {
-	if s.cached(index, l) {
+	if s.recent.get(index, l) || s.cached(index, l) {
 		return nil
 	}
 	s.lastMu.Lock()
@@ -267,6 +270,7 @@ func (s *checkedStore) StoreLogs(logs []*raft.Log) (err error) {
 	if err := s.LogStore.StoreLogs(checked); err != nil {
 		return noSpace(err)
 	}
+	s.recent.add(checked)
 	if n := len(checked); n > 0 && len(checked[n-1].Data) <= lastEntryMax {
 		s.keepLast(checked[n-1])
 	}
@@ -327,6 +331,7 @@ func noSpace(err error) error {
 // DeleteRange implements raft.LogStore.
 func (s *checkedStore) DeleteRange(lo, hi uint64) (err error) {
 	forget := func() {
+		s.recent.forget(lo, hi)
 		s.lastMu.Lock()
 		if s.last != nil && s.last.Index >= lo && s.last.Index <= hi {
 			s.last = nil

@@ -198,11 +198,18 @@ func TestStoreLogsOnAFullDiskMatchesENOSPC(t *testing.T) {
 	}
 }
 
-// The newest entry stored, when small, is read back from memory: with the
-// bolt file closed it still reads, the entries before it and a large
-// newest entry do not, and an entry deleted (a follower's conflicting
-// tail) is not read from memory either.
+// The newest entry stored, when small, is read back from memory once the
+// group is idle and its recent entries forgotten: with the bolt file
+// closed it still reads, the entries before it and a large newest entry
+// do not, and an entry deleted (a follower's conflicting tail) is not
+// read from memory either.
 func TestNewestSmallEntryReadFromMemory(t *testing.T) {
+	// idle forgets the recent entries, as recentIdle without a store
+	// does.
+	idle := func(s *checkedStore) {
+		s.recent.idleCheck()
+		s.recent.idleCheck()
+	}
 	for _, tc := range []struct {
 		name   string
 		size   int
@@ -232,6 +239,7 @@ func TestNewestSmallEntryReadFromMemory(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			idle(s)
 			if err := bolt.Close(); err != nil {
 				t.Fatal(err)
 			}
