@@ -34,6 +34,8 @@ type Group interface {
 	// Apply proposes an entry and waits for the state machine's answer.
 	Apply(ctx context.Context, cmd []byte) (any, error)
 	IsLeader() bool
+	// Term returns this node's current Raft term.
+	Term() uint64
 	// Leader returns the leader's node id, empty when unknown.
 	Leader() (id, addr string)
 	// WatchLeader reports leadership changes.
@@ -244,6 +246,8 @@ type Partition struct {
 	leading     bool
 	term        uint64
 	leaderSince time.Time
+	// leadChanged is closed, and replaced, when leading and term change.
+	leadChanged chan struct{}
 	// graceUntil (Unix nanoseconds) ends the reconnect grace of this
 	// node's current leadership: until then members that have not
 	// reconnected keep their roles (SUB-7).
@@ -287,6 +291,7 @@ func New(cfg Config) (*Partition, error) {
 		acks:         make(chan *ackReq, queueDepth),
 		inflight:     make(chan inflight, cfg.MaxInflight),
 		stop:         make(chan struct{}),
+		leadChanged:  make(chan struct{}),
 		dispatchers:  map[string]*dispatcher{},
 		owners:       map[string]Holder{},
 		joining:      map[[2]string]int{},
@@ -349,6 +354,8 @@ func (p *Partition) leaderLoop(w *cluster.LeaderWatch) {
 			was, term = l.IsLeader, l.Term
 			p.mu.Lock()
 			p.leading, p.term = l.IsLeader, l.Term
+			close(p.leadChanged)
+			p.leadChanged = make(chan struct{})
 			p.mu.Unlock()
 			if l.IsLeader {
 				p.sweep.wake() // after leading is set: the sweep reads it

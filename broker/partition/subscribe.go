@@ -63,12 +63,10 @@ func (p *Partition) Subscribe(ctx context.Context, r SubscribeRequest) (*Consume
 
 // attach is Subscribe; probed says a holder was already probed once.
 func (p *Partition) attach(ctx context.Context, r SubscribeRequest, c *Consumer, probed bool) (*dispatcher, error) {
-	if !p.group.IsLeader() {
-		return nil, p.notLeader()
+	term, err := p.leadingTerm(ctx)
+	if err != nil {
+		return nil, err
 	}
-	p.mu.Lock()
-	term := p.term
-	p.mu.Unlock()
 	var keyMode transport.KeySharedMode
 	var outOfOrder bool
 	if r.Mode == transport.KeyShared && r.KeyShared != nil {
@@ -151,6 +149,32 @@ func (p *Partition) join(ctx context.Context, r SubscribeRequest, keyMode transp
 	}
 	c.gen = jr.Gen
 	return false, nil
+}
+
+// leadingTerm returns the term in which this node leads the partition.
+// Right after Raft made this node leader, the leadership loop may not have
+// taken it yet (a subscribe sent as soon as the stream was created, whose
+// leader the node waited for, found it so): the request waits for it,
+// until ctx ends, rather than being refused.
+func (p *Partition) leadingTerm(ctx context.Context) (uint64, error) {
+	for {
+		if !p.group.IsLeader() {
+			return 0, p.notLeader()
+		}
+		p.mu.Lock()
+		leading, term, changed := p.leading, p.term, p.leadChanged
+		p.mu.Unlock()
+		if leading && term == p.group.Term() {
+			return term, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, p.notLeader()
+		case <-p.stop:
+			return 0, ErrStopping
+		}
+	}
 }
 
 // attachDispatcher attaches the consumer to the subscription's
