@@ -536,6 +536,7 @@ func (g *Group) close() error {
 	if !raftStopped {
 		return fmt.Errorf("cluster: close group %s: raft did not stop within %v, store left open: %w", g.id, 2*g.cfg.ShutdownTimeout, ErrTimeout)
 	}
+	g.log.recent.close()
 	// The stable store first: it gives raft.db its last values.
 	serr := g.stable.Close()
 	if err := errors.Join(serr, g.store.Close()); err != nil {

@@ -84,6 +84,17 @@ func (r *recentEntries) idleCheck() {
 	r.idle = nil
 }
 
+// close forgets every entry and stops the idle timer (the group closed).
+func (r *recentEntries) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.idle != nil {
+		r.idle.Stop()
+		r.idle = nil
+	}
+	r.clearLocked()
+}
+
 // clearLocked forgets every entry; r.mu is held.
 func (r *recentEntries) clearLocked() {
 	clear(r.logs)

@@ -38,15 +38,18 @@ func (p *Partition) ackLoop() {
 	defer idle.Stop()
 	for {
 		var first *ackReq
+		if closed(p.stop) {
+			p.acker.halted(p.acksEmpty)
+			return
+		}
 		idle.Reset(workerLinger)
 		select {
 		case first = <-p.acks:
 		case <-p.stop:
-			p.acker.ended()
-			p.failAcks()
+			p.acker.halted(p.acksEmpty)
 			return
 		case <-idle.C:
-			if p.acker.rest(func() bool { return len(p.acks) == 0 }) {
+			if p.acker.rest(p.acksEmpty) {
 				return
 			}
 			continue
@@ -93,6 +96,9 @@ func (p *Partition) ackLoop() {
 		}
 	}
 }
+
+// acksEmpty reports whether no ack is queued.
+func (p *Partition) acksEmpty() bool { return len(p.acks) == 0 }
 
 // failAcks fails the acks queued, once the partition stops.
 func (p *Partition) failAcks() {

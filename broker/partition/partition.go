@@ -297,9 +297,9 @@ func New(cfg Config) (*Partition, error) {
 		joining:      map[[2]string]int{},
 		attaching:    map[[2]string]int{},
 	}
-	p.proposer = newWorker(p.proposeLoop, p.failQueued)
-	p.committer = newWorker(p.commitLoop, p.answerInflight)
-	p.acker = newWorker(p.ackLoop, p.failAcks)
+	p.proposer = newWorker(p.proposeLoop, p.failQueued, p.stop)
+	p.committer = newWorker(p.commitLoop, p.answerInflight, p.stop)
+	p.acker = newWorker(p.ackLoop, p.failAcks, p.stop)
 	p.sweep = newTimed(cfg.SweepInterval, p.sweepOnce)
 	p.retention = newTimed(cfg.RetentionInterval, p.retainOnce)
 	return p, nil

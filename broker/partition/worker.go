@@ -23,11 +23,15 @@ const workerLinger = 5 * time.Second
 // runs; the loop, finding its queue empty for workerLinger, asks rest
 // whether it may end, which it may only while its queue is still empty
 // (under the lock kick takes), so a request queued meanwhile finds either
-// the loop running or none and starts one. Once stopped, no loop starts:
-// kick fails what is queued instead (drain).
+// the loop running or none and starts one. Once the partition stops
+// (halt is closed), no loop starts: the running one drains its queue until
+// rest lets it end, and a kick that finds none running drains the queue
+// itself (drain), so a request is answered by the one loop, in order, or
+// failed, and never waits with no loop to take it.
 type worker struct {
 	run   func()
 	drain func()
+	halt  <-chan struct{} // the partition's stop
 
 	mu      sync.Mutex
 	running bool
@@ -35,18 +39,19 @@ type worker struct {
 	wg      sync.WaitGroup
 }
 
-func newWorker(run, drain func()) *worker {
-	return &worker{run: run, drain: drain}
+func newWorker(run, drain func(), halt <-chan struct{}) *worker {
+	return &worker{run: run, drain: drain, halt: halt}
 }
 
-// kick starts the loop unless it runs; once stopped, it drains the queue.
+// kick starts the loop unless it runs; once the partition stops, it drains
+// the queue instead.
 func (w *worker) kick() {
 	w.mu.Lock()
 	if w.running {
 		w.mu.Unlock()
 		return
 	}
-	if w.stopped {
+	if w.stopped || closed(w.halt) {
 		w.mu.Unlock()
 		w.drain()
 		return
@@ -73,12 +78,25 @@ func (w *worker) rest(empty func() bool) bool {
 	return true
 }
 
-// ended tells the worker its loop returned without rest (the partition
-// stops): the next kick drains.
-func (w *worker) ended() {
-	w.mu.Lock()
-	w.running = false
-	w.mu.Unlock()
+// halted is the loop's end once the partition stops: it drains the queue
+// until rest finds it empty, and must return.
+func (w *worker) halted(empty func() bool) {
+	for {
+		w.drain()
+		if w.rest(empty) {
+			return
+		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop lets no loop start again, waits for the running one to end, and

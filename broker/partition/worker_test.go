@@ -17,6 +17,7 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 	var handled sync.Map
 	var running, most, loops atomic.Int32
 	var w *worker
+	halt := make(chan struct{})
 	w = newWorker(func() {
 		loops.Add(1)
 		n := running.Add(1)
@@ -50,7 +51,7 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 				return
 			}
 		}
-	})
+	}, halt)
 
 	const senders, each = 8, 2000
 	// A request left queued with no loop running blocks the senders once
@@ -105,6 +106,38 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 	if loops.Load() != before {
 		t.Fatal("a loop started after stop")
 	}
+}
+
+// Once the partition stops (before Wait stops the worker), a kick that
+// finds no loop running fails what is queued itself: no second loop
+// starts beside one draining, and nothing waits.
+func TestWorkerDrainsOnceThePartitionStops(t *testing.T) {
+	queue := make(chan int, 4)
+	halt := make(chan struct{})
+	var loops atomic.Int32
+	var drained []int
+	w := newWorker(func() { loops.Add(1) }, func() {
+		for {
+			select {
+			case v := <-queue:
+				drained = append(drained, v)
+			default:
+				return
+			}
+		}
+	}, halt)
+	close(halt)
+	queue <- 1
+	w.kick()
+	queue <- 2
+	w.kick()
+	if loops.Load() != 0 {
+		t.Fatal("a loop started after the partition stopped")
+	}
+	if len(drained) != 2 {
+		t.Fatalf("drained %v, want both requests", drained)
+	}
+	w.stop()
 }
 
 // A timed run that returns false sleeps until woken; a wake during a run

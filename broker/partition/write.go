@@ -132,15 +132,18 @@ func (p *Partition) proposeLoop() {
 		first := carry
 		carry = nil
 		if first == nil {
+			if closed(p.stop) { // before the queue: nothing is proposed once it is seen
+				p.proposer.halted(p.sendsEmpty)
+				return
+			}
 			idle.Reset(workerLinger)
 			select {
 			case first = <-p.sends:
 			case <-p.stop:
-				p.proposer.ended()
-				p.failQueued()
+				p.proposer.halted(p.sendsEmpty)
 				return
 			case <-idle.C:
-				if p.proposer.rest(func() bool { return len(p.sends) == 0 }) {
+				if p.proposer.rest(p.sendsEmpty) {
 					return
 				}
 				continue
@@ -187,12 +190,14 @@ func (p *Partition) proposeLoop() {
 			if carry != nil {
 				carry.done(nil, ErrStopping)
 			}
-			p.proposer.ended()
-			p.failQueued()
+			p.proposer.halted(p.sendsEmpty)
 			return
 		}
 	}
 }
+
+// sendsEmpty reports whether no send is queued.
+func (p *Partition) sendsEmpty() bool { return len(p.sends) == 0 }
 
 // failQueued fails the sends queued, once the partition stops.
 func (p *Partition) failQueued() {
@@ -219,16 +224,18 @@ func (p *Partition) commitLoop() {
 		case in := <-p.inflight:
 			p.commit(in)
 		case <-p.stop:
-			p.committer.ended()
-			p.answerInflight()
+			p.committer.halted(p.inflightEmpty)
 			return
 		case <-idle.C:
-			if p.committer.rest(func() bool { return len(p.inflight) == 0 }) {
+			if p.committer.rest(p.inflightEmpty) {
 				return
 			}
 		}
 	}
 }
+
+// inflightEmpty reports whether no entry is in flight.
+func (p *Partition) inflightEmpty() bool { return len(p.inflight) == 0 }
 
 // answerInflight answers the entries in flight, once the partition stops.
 func (p *Partition) answerInflight() {
