@@ -19,7 +19,7 @@ type ackReq struct {
 // ack queues acks; done (if not nil) is called after commit.
 func (p *Partition) ack(r *ackReq) {
 	select {
-	case p.acks <- r:
+	case p.acker.queue <- r:
 		p.acker.kick()
 	case <-p.stop:
 		if r.done != nil {
@@ -37,22 +37,9 @@ func (p *Partition) ackLoop() {
 	idle := time.NewTimer(workerLinger)
 	defer idle.Stop()
 	for {
-		var first *ackReq
-		if closed(p.stop) {
-			p.acker.halted(p.acksEmpty)
+		first, ok := p.acker.next(idle)
+		if !ok {
 			return
-		}
-		idle.Reset(workerLinger)
-		select {
-		case first = <-p.acks:
-		case <-p.stop:
-			p.acker.halted(p.acksEmpty)
-			return
-		case <-idle.C:
-			if p.acker.rest(p.acksEmpty) {
-				return
-			}
-			continue
 		}
 		reqs := []*ackReq{first}
 		offsets := len(first.offsets) + len(first.redelivered)
@@ -62,7 +49,7 @@ func (p *Partition) ackLoop() {
 		// offset.
 		for len(reqs) < 10000 && offsets < maxAckEntryOffsets {
 			select {
-			case r := <-p.acks:
+			case r := <-p.acker.queue:
 				reqs = append(reqs, r)
 				offsets += len(r.offsets) + len(r.redelivered)
 			case <-timer.C:
@@ -93,23 +80,6 @@ func (p *Partition) ackLoop() {
 			if r.done != nil {
 				r.done(rerr)
 			}
-		}
-	}
-}
-
-// acksEmpty reports whether no ack is queued.
-func (p *Partition) acksEmpty() bool { return len(p.acks) == 0 }
-
-// failAcks fails the acks queued, once the partition stops.
-func (p *Partition) failAcks() {
-	for {
-		select {
-		case r := <-p.acks:
-			if r.done != nil {
-				r.done(ErrStopping)
-			}
-		default:
-			return
 		}
 	}
 }

@@ -226,16 +226,16 @@ type Partition struct {
 	// quota is the backlog quota as the last retention pass found it.
 	quota atomic.Pointer[quotaState]
 
-	sends    chan *sendReq
-	acks     chan *ackReq
-	inflight chan inflight
-	stop     chan struct{}
-	wg       sync.WaitGroup // the leader loop
+	stop chan struct{}
+	wg   sync.WaitGroup // the leader loop
 	// The loops that hold no goroutine while idle (worker.go): the write
-	// path's two stages, the ack path, the sweep and retention.
-	proposer, committer, acker *worker
-	sweep, retention           *timed
-	sweepState                 sweepState // the sweep's own
+	// path's two stages (queues: the sends, the entries in flight), the
+	// ack path, the sweep and retention.
+	proposer         *worker[*sendReq]
+	committer        *worker[inflight]
+	acker            *worker[*ackReq]
+	sweep, retention *timed
+	sweepState       sweepState // the sweep's own
 
 	mu          sync.Mutex
 	dispatchers map[string]*dispatcher
@@ -287,9 +287,6 @@ func New(cfg Config) (*Partition, error) {
 		onDamage:     cfg.OnDamage,
 		reserve:      cfg.Reserve,
 		policy:       cfg.Retention,
-		sends:        make(chan *sendReq, queueDepth),
-		acks:         make(chan *ackReq, queueDepth),
-		inflight:     make(chan inflight, cfg.MaxInflight),
 		stop:         make(chan struct{}),
 		leadChanged:  make(chan struct{}),
 		dispatchers:  map[string]*dispatcher{},
@@ -297,9 +294,13 @@ func New(cfg Config) (*Partition, error) {
 		joining:      map[[2]string]int{},
 		attaching:    map[[2]string]int{},
 	}
-	p.proposer = newWorker(p.proposeLoop, p.failQueued, p.stop)
-	p.committer = newWorker(p.commitLoop, p.answerInflight, p.stop)
-	p.acker = newWorker(p.ackLoop, p.failAcks, p.stop)
+	p.proposer = newWorker(queueDepth, p.proposeLoop, func(r *sendReq) { r.done(nil, ErrStopping) }, p.stop)
+	p.committer = newWorker(cfg.MaxInflight, p.commitLoop, p.commit, p.stop)
+	p.acker = newWorker(queueDepth, p.ackLoop, func(r *ackReq) {
+		if r.done != nil {
+			r.done(ErrStopping)
+		}
+	}, p.stop)
 	p.sweep = newTimed(cfg.SweepInterval, p.sweepOnce)
 	p.retention = newTimed(cfg.RetentionInterval, p.retainOnce)
 	return p, nil

@@ -28,10 +28,8 @@ type quotaState struct {
 // retention and proposes the new start (a retainEntry) and enforces the
 // backlog quota.
 func (p *Partition) retainOnce(now time.Time) bool {
-	select {
-	case <-p.stop:
+	if closed(p.stop) {
 		return false
-	default:
 	}
 	p.retain(now)
 	return true

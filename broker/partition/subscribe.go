@@ -363,10 +363,8 @@ type sweepState struct {
 // of its CPU. Leadership gained and an entry applied on the leader
 // (members join through Raft) wake it.
 func (p *Partition) sweepOnce(now time.Time) bool {
-	select {
-	case <-p.stop:
+	if closed(p.stop) {
 		return false
-	default:
 	}
 	s := &p.sweepState
 	p.mu.Lock()

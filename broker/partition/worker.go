@@ -18,19 +18,21 @@ import (
 // busy partition keeps its worker, an idle one holds none.
 const workerLinger = 5 * time.Second
 
-// worker runs one loop of the partition in a goroutine while it has work.
-// Every request queued is followed by kick, which starts the loop unless it
-// runs; the loop, finding its queue empty for workerLinger, asks rest
-// whether it may end, which it may only while its queue is still empty
-// (under the lock kick takes), so a request queued meanwhile finds either
-// the loop running or none and starts one. Once the partition stops
-// (halt is closed), no loop starts: the running one drains its queue until
-// rest lets it end, and a kick that finds none running drains the queue
-// itself (drain), so a request is answered by the one loop, in order, or
-// failed, and never waits with no loop to take it.
-type worker struct {
+// worker runs one loop of the partition in a goroutine while its queue of
+// requests (of type T) has work. Every request queued is followed by kick,
+// which starts the loop unless it runs; the loop takes requests with next,
+// which, finding the queue empty for workerLinger, asks rest whether it may
+// end, which it may only while the queue is still empty (under the lock
+// kick takes), so a request queued meanwhile finds either the loop running
+// or none and starts one. Once the partition stops (halt is closed), no
+// loop starts: the running one fails what is queued until rest lets it
+// end, and a kick that finds none running fails it itself (drain), so a
+// request is answered by the one loop, in order, or failed, and never
+// waits with no loop to take it.
+type worker[T any] struct {
+	queue chan T
 	run   func()
-	drain func()
+	fail  func(T)         // answers a request the stopped partition will not take
 	halt  <-chan struct{} // the partition's stop
 
 	mu      sync.Mutex
@@ -39,13 +41,13 @@ type worker struct {
 	wg      sync.WaitGroup
 }
 
-func newWorker(run, drain func(), halt <-chan struct{}) *worker {
-	return &worker{run: run, drain: drain, halt: halt}
+func newWorker[T any](depth int, run func(), fail func(T), halt <-chan struct{}) *worker[T] {
+	return &worker[T]{queue: make(chan T, depth), run: run, fail: fail, halt: halt}
 }
 
 // kick starts the loop unless it runs; once the partition stops, it drains
 // the queue instead.
-func (w *worker) kick() {
+func (w *worker[T]) kick() {
 	w.mu.Lock()
 	if w.running {
 		w.mu.Unlock()
@@ -65,13 +67,39 @@ func (w *worker) kick() {
 	}()
 }
 
-// rest reports whether the loop may end: whether empty, asked under the
-// lock kick takes, says nothing is queued. If it may, the worker no longer
-// runs, and it must return.
-func (w *worker) rest(empty func() bool) bool {
+// next returns the loop's next request, waiting for it on idle (the loop's
+// timer); false when the loop must return: the partition stopped and the
+// queue is drained, or nothing came for workerLinger and rest let it end.
+// Once the stop is seen, nothing more is taken.
+func (w *worker[T]) next(idle *time.Timer) (T, bool) {
+	var none T
+	for {
+		if closed(w.halt) {
+			w.halted()
+			return none, false
+		}
+		idle.Reset(workerLinger)
+		select {
+		case r := <-w.queue:
+			return r, true
+		case <-w.halt:
+			w.halted()
+			return none, false
+		case <-idle.C:
+			if w.rest() {
+				return none, false
+			}
+		}
+	}
+}
+
+// rest reports whether the loop may end: whether the queue, looked at
+// under the lock kick takes, is empty. If it may, the worker no longer
+// runs, and the loop must return.
+func (w *worker[T]) rest() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !empty() {
+	if len(w.queue) > 0 {
 		return false
 	}
 	w.running = false
@@ -79,14 +107,36 @@ func (w *worker) rest(empty func() bool) bool {
 }
 
 // halted is the loop's end once the partition stops: it drains the queue
-// until rest finds it empty, and must return.
-func (w *worker) halted(empty func() bool) {
+// until rest finds it empty, and the loop must return.
+func (w *worker[T]) halted() {
 	for {
 		w.drain()
-		if w.rest(empty) {
+		if w.rest() {
 			return
 		}
 	}
+}
+
+// drain fails what is queued.
+func (w *worker[T]) drain() {
+	for {
+		select {
+		case r := <-w.queue:
+			w.fail(r)
+		default:
+			return
+		}
+	}
+}
+
+// stop lets no loop start again, waits for the running one to end, and
+// drains what is left.
+func (w *worker[T]) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.wg.Wait()
+	w.drain()
 }
 
 // closed reports whether ch is closed.
@@ -97,16 +147,6 @@ func closed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// stop lets no loop start again, waits for the running one to end, and
-// drains what is left.
-func (w *worker) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.mu.Unlock()
-	w.wg.Wait()
-	w.drain()
 }
 
 // timed runs fn every interval on a timer: no goroutine waits between two

@@ -13,12 +13,11 @@ import (
 // queued by many senders once, never runs two loops at a time, and, once
 // stopped, fails what is queued instead of starting again.
 func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
-	queue := make(chan int, 16)
 	var handled sync.Map
 	var running, most, loops atomic.Int32
-	var w *worker
+	var w *worker[int]
 	halt := make(chan struct{})
-	w = newWorker(func() {
+	w = newWorker(16, func() {
 		loops.Add(1)
 		n := running.Add(1)
 		for {
@@ -26,7 +25,7 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 				most.CompareAndSwap(m, n)
 			}
 			select {
-			case v := <-queue:
+			case v := <-w.queue:
 				if _, dup := handled.LoadOrStore(v, "ran"); dup {
 					t.Errorf("request %d handled twice", v)
 				}
@@ -36,22 +35,14 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 				// often as it can be.
 				running.Add(-1)
 				runtime.Gosched() // a request may come in meanwhile
-				if w.rest(func() bool { return len(queue) == 0 }) {
+				if w.rest() {
 					return
 				}
 				n = running.Add(1)
 			}
 		}
-	}, func() {
-		for {
-			select {
-			case v := <-queue:
-				handled.LoadOrStore(v, "drained")
-			default:
-				return
-			}
-		}
-	}, halt)
+	}, func(v int) { handled.LoadOrStore(v, "drained") }, halt)
+	queue := w.queue
 
 	const senders, each = 8, 2000
 	// A request left queued with no loop running blocks the senders once
@@ -112,20 +103,11 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 // finds no loop running fails what is queued itself: no second loop
 // starts beside one draining, and nothing waits.
 func TestWorkerDrainsOnceThePartitionStops(t *testing.T) {
-	queue := make(chan int, 4)
 	halt := make(chan struct{})
 	var loops atomic.Int32
 	var drained []int
-	w := newWorker(func() { loops.Add(1) }, func() {
-		for {
-			select {
-			case v := <-queue:
-				drained = append(drained, v)
-			default:
-				return
-			}
-		}
-	}, halt)
+	w := newWorker(4, func() { loops.Add(1) }, func(v int) { drained = append(drained, v) }, halt)
+	queue := w.queue
 	close(halt)
 	queue <- 1
 	w.kick()

@@ -76,7 +76,7 @@ func (p *Partition) enqueue(ctx context.Context, r *sendReq) {
 		}
 	}
 	select {
-	case p.sends <- r:
+	case p.proposer.queue <- r:
 		p.proposer.kick()
 	case <-ctx.Done():
 		r.done(nil, wire.Errorf(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
@@ -132,21 +132,9 @@ func (p *Partition) proposeLoop() {
 		first := carry
 		carry = nil
 		if first == nil {
-			if closed(p.stop) { // before the queue: nothing is proposed once it is seen
-				p.proposer.halted(p.sendsEmpty)
+			var ok bool
+			if first, ok = p.proposer.next(idle); !ok {
 				return
-			}
-			idle.Reset(workerLinger)
-			select {
-			case first = <-p.sends:
-			case <-p.stop:
-				p.proposer.halted(p.sendsEmpty)
-				return
-			case <-idle.C:
-				if p.proposer.rest(p.sendsEmpty) {
-					return
-				}
-				continue
 			}
 		}
 		reqs := []*sendReq{first}
@@ -154,7 +142,7 @@ func (p *Partition) proposeLoop() {
 	gather:
 		for {
 			select {
-			case r := <-p.sends:
+			case r := <-p.proposer.queue:
 				if size+r.size > p.cfg.MaxEntryBytes {
 					carry = r
 					break gather
@@ -179,7 +167,7 @@ func (p *Partition) proposeLoop() {
 		proposed := time.Now()
 		f := p.group.Propose(data, p.cfg.ApplyTimeout)
 		select {
-		case p.inflight <- inflight{future: f, reqs: reqs, proposed: proposed}:
+		case p.committer.queue <- inflight{future: f, reqs: reqs, proposed: proposed}:
 			p.committer.kick()
 		case <-p.stop:
 			// The entry may still commit; its senders learn nothing
@@ -190,62 +178,25 @@ func (p *Partition) proposeLoop() {
 			if carry != nil {
 				carry.done(nil, ErrStopping)
 			}
-			p.proposer.halted(p.sendsEmpty)
-			return
-		}
-	}
-}
-
-// sendsEmpty reports whether no send is queued.
-func (p *Partition) sendsEmpty() bool { return len(p.sends) == 0 }
-
-// failQueued fails the sends queued, once the partition stops.
-func (p *Partition) failQueued() {
-	for {
-		select {
-		case r := <-p.sends:
-			r.done(nil, ErrStopping)
-		default:
+			p.proposer.halted()
 			return
 		}
 	}
 }
 
 // commitLoop waits for proposed entries in order and answers their
-// senders, in the committer's worker. Once the partition stops it answers
-// what is in flight (the group's closing fails what did not commit) and
-// ends.
+// senders, in the committer's worker. Once the partition stops, what is in
+// flight is answered all the same (commit: the group's closing fails what
+// did not commit).
 func (p *Partition) commitLoop() {
 	idle := time.NewTimer(workerLinger)
 	defer idle.Stop()
 	for {
-		idle.Reset(workerLinger)
-		select {
-		case in := <-p.inflight:
-			p.commit(in)
-		case <-p.stop:
-			p.committer.halted(p.inflightEmpty)
-			return
-		case <-idle.C:
-			if p.committer.rest(p.inflightEmpty) {
-				return
-			}
-		}
-	}
-}
-
-// inflightEmpty reports whether no entry is in flight.
-func (p *Partition) inflightEmpty() bool { return len(p.inflight) == 0 }
-
-// answerInflight answers the entries in flight, once the partition stops.
-func (p *Partition) answerInflight() {
-	for {
-		select {
-		case in := <-p.inflight:
-			p.commit(in)
-		default:
+		in, ok := p.committer.next(idle)
+		if !ok {
 			return
 		}
+		p.commit(in)
 	}
 }
 
