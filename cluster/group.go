@@ -156,7 +156,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 		Timeout: transportTimeout,
 		Logger:  newHCLogger(logger, "raft-net"),
 	})
-	gate := newVoteGate(g.trans, cfg.Mux, cfg.ID, raft.ServerID(cfg.NodeID))
+	gate := newVoteGate(g.trans, g.layer, cfg.Mux, cfg.ID, raft.ServerID(cfg.NodeID))
 	gate.quiet.base = raft.ReloadableConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout}
 	gate.quiet.lease = cfg.LeaderLeaseTimeout
 	gate.retired.Store(cfg.Retired)

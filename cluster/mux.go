@@ -453,9 +453,14 @@ type Layer struct {
 	// refused counts the connections refused for naming another member.
 	refused atomic.Int64
 
-	mu     sync.Mutex
-	conns  map[*layerConn]struct{}
-	closed bool
+	// onAccept, when set, is called with each connection accepted, before
+	// Accept can return it (the group's gate starts its loop: votegate.go).
+	onAccept atomic.Pointer[func()]
+
+	mu       sync.Mutex
+	conns    map[*layerConn]struct{}
+	accepted int // of conns, those accepted, not dialled
+	closed   bool
 }
 
 var _ raft.StreamLayer = (*Layer)(nil)
@@ -487,6 +492,7 @@ func (l *Layer) Close() error {
 	close(l.done)
 	conns := l.conns
 	l.conns = nil
+	l.accepted = 0
 	l.mu.Unlock()
 
 	l.mux.unregister(l)
@@ -548,6 +554,9 @@ func (l *Layer) deliver(c net.Conn, deadline time.Time) {
 		c.Close()
 		return
 	}
+	if fn := l.onAccept.Load(); fn != nil {
+		(*fn)()
+	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
@@ -570,13 +579,29 @@ func (l *Layer) track(c net.Conn, dialed bool) *layerConn {
 	}
 	tc := &layerConn{Conn: c, layer: l, dialed: dialed}
 	l.conns[tc] = struct{}{}
+	if !dialed {
+		l.accepted++
+	}
 	return tc
 }
 
 func (l *Layer) forget(c *layerConn) {
 	l.mu.Lock()
-	delete(l.conns, c)
+	if _, ok := l.conns[c]; ok {
+		delete(l.conns, c)
+		if !c.dialed {
+			l.accepted--
+		}
+	}
 	l.mu.Unlock()
+}
+
+// acceptedOpen reports whether a connection the layer accepted is open:
+// only over one can a request reach the group.
+func (l *Layer) acceptedOpen() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.accepted > 0
 }
 
 // layerConn is a connection tracked by its Layer until it is closed.

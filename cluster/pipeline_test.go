@@ -216,6 +216,39 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	}
 }
 
+// An idle group's gates hold no goroutine: once its leader has closed
+// the connections of its pipelines and its pool, no member has a
+// connection left over which a request could come, and each gate's loop
+// ends; the next entry's appends, over new connections, start them again.
+// (A thousand idle groups otherwise park a thousand loops per node, which
+// the garbage collector scans on every cycle.)
+func TestIdleGroupsGatesHoldNoLoop(t *testing.T) {
+	nodes := newTestNodesWith(t, 3, func(m *Mux) { m.hb.pipelineIdleClose = 300 * time.Millisecond })
+	gs := startGroup(t, nodes, "g", heartbeatTimings)
+	leader := waitLeader(t, gs)
+	applyAll(t, gs, "one")
+	looping := func(g *testGroup) bool {
+		g.gate.loopMu.Lock()
+		defer g.gate.loopMu.Unlock()
+		return g.gate.looping
+	}
+	for _, f := range others(gs, leader) {
+		if !looping(f) {
+			t.Fatalf("the gate of follower %s has no loop while its leader's appends come", f.node.id)
+		}
+	}
+	for _, g := range gs {
+		eventually(t, 3*gateLinger, "the idle group's gates to end their loops", func() bool { return !looping(g) })
+	}
+	applyAll(t, gs, "two")
+	for _, g := range gs {
+		eventually(t, 10*time.Second, "every member applied the entry sent after the pause", func() bool {
+			e := g.fsm.entries()
+			return len(e) > 0 && e[len(e)-1] == "two"
+		})
+	}
+}
+
 // A follower whose log was lost (its disk replaced, it came back under the
 // same id with nothing) is repaired while its group is idle: its
 // heartbeat answers name a last entry below the leader's, and the

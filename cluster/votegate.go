@@ -67,6 +67,13 @@ type voteGate struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	retired atomic.Bool
+	// layer is the group's: a request reaches the gate only over a
+	// connection it accepted, and the loop runs only while one is open
+	// (loopMu guards looping and loopsDone: startLoop, rest).
+	layer     *Layer
+	loopMu    sync.Mutex
+	looping   bool
+	loopsDone bool // closing: no loop starts again
 	// refused counts the requests answered "no"; campaigns counts the
 	// vote requests of a retired server held back.
 	refused   atomic.Int64
@@ -91,12 +98,48 @@ type voteGate struct {
 	catchUps  map[raft.ServerID]*atomic.Bool
 }
 
-func newVoteGate(t *raft.NetworkTransport, mux *Mux, group string, local raft.ServerID) *voteGate {
-	g := &voteGate{NetworkTransport: t, mux: mux, group: group, local: local, out: make(chan raft.RPC), stop: make(chan struct{})}
-	g.wg.Add(1)
-	go g.loop()
+func newVoteGate(t *raft.NetworkTransport, layer *Layer, mux *Mux, group string, local raft.ServerID) *voteGate {
+	g := &voteGate{NetworkTransport: t, layer: layer, mux: mux, group: group, local: local, out: make(chan raft.RPC), stop: make(chan struct{})}
+	start := g.startLoop
+	layer.onAccept.Store(&start)
+	g.startLoop() // for what the layer accepted before
 	mux.hb.register(group, g)
 	return g
+}
+
+// gateLinger is how long the gate's loop waits, with no request, before it
+// looks whether it may end.
+const gateLinger = 5 * time.Second
+
+// startLoop starts the loop unless it runs. The layer calls it for every
+// connection it accepts, before NetworkTransport can read a request from
+// it: a group all of whose connections are closed (an idle one: its
+// leader closes them, pipeline.go) holds no goroutine of the gate, and the
+// first request after that finds the loop running.
+func (g *voteGate) startLoop() {
+	g.loopMu.Lock()
+	defer g.loopMu.Unlock()
+	if g.looping || g.loopsDone {
+		return
+	}
+	g.looping = true
+	g.wg.Add(1) // never during Close's Wait: loopsDone is set first, under loopMu
+	go g.loop()
+}
+
+// rest reports whether the loop may end: whether no connection the layer
+// accepted is open, looked at under the lock startLoop takes. NetworkTransport
+// hands the gate requests only from the goroutine serving a connection,
+// which closes the connection when it returns: with none open, no request
+// can come until the layer accepts again, and starts it.
+func (g *voteGate) rest() bool {
+	g.loopMu.Lock()
+	defer g.loopMu.Unlock()
+	if g.layer.acceptedOpen() {
+		return false
+	}
+	g.looping = false
+	return true
 }
 
 // SetHeartbeatHandler implements raft.Transport: Raft's handler gets the
@@ -250,16 +293,24 @@ func (g *voteGate) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args 
 }
 
 // loop passes RPCs on to Raft, answering the refused ones itself. It ends
-// with close.
+// with close, or when no connection is left to bring a request (rest).
 func (g *voteGate) loop() {
 	defer g.wg.Done()
 	in := g.NetworkTransport.Consumer()
+	idle := time.NewTimer(gateLinger)
+	defer idle.Stop()
 	for {
 		var rpc raft.RPC
+		idle.Reset(gateLinger)
 		select {
 		case rpc = <-in:
 		case <-g.stop:
 			return
+		case <-idle.C:
+			if g.rest() {
+				return
+			}
+			continue
 		}
 		if h, ok := rpc.Command.(raft.WithRPCHeader); ok {
 			g.mux.hb.heardFrom(string(h.GetRPCHeader().Addr)) // its node is there
@@ -330,6 +381,10 @@ func (g *voteGate) Close() error {
 			g.tellWaking() // nor those a proposal woke it from, not yet reached
 		}
 		g.mux.hb.unregister(g.group, g)
+		g.layer.onAccept.Store(nil)
+		g.loopMu.Lock()
+		g.loopsDone = true // no loop starts after the wait below
+		g.loopMu.Unlock()
 		g.quiet.mu.Lock()
 		g.quiet.closed = true // no refresh starts after the wait below
 		g.quiet.mu.Unlock()
