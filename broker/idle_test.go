@@ -87,8 +87,8 @@ func TestIdlePartitionsHoldNoWriteOrAckLoops(t *testing.T) {
 		t.Fatal("no write or ack loop ran after the sends and acks")
 	}
 	waitFor(t, ctx, "the idle partitions' write and ack loops to end", idle)
-	if got := goroutinesIn("partition.(*Partition).leaderLoop"); got != partitions {
-		t.Fatalf("%d leader loops for %d partitions", got, partitions)
+	if got := goroutinesIn("partition.(*latest[...]).run"); got != 0 {
+		t.Fatalf("%d goroutines following the leadership of %d partitions, whose leadership has not changed", got, partitions)
 	}
 	// The next sends and acks start them again.
 	sendAndAck(2)

@@ -82,7 +82,8 @@
 // naming the leader this node knows of, so the caller can redirect.
 //
 // Leadership changes come through WatchLeader: a channel holding the latest
-// Leadership, fed from a Raft observer that never blocks Raft.
+// Leadership, fed from a Raft observer that never blocks Raft; or, with no
+// goroutine to wait on it, as calls of a function (WatchLeaderFunc).
 //
 // Logs go to the *slog.Logger of the configuration; hashicorp/raft's hclog
 // output is bridged into it (Trace at LevelTrace).

@@ -529,7 +529,7 @@ func (g *Group) close() error {
 	g.mu.Lock()
 	for w := range g.watchers {
 		delete(g.watchers, w)
-		close(w.ch)
+		w.close()
 	}
 	g.mu.Unlock()
 

@@ -26,6 +26,7 @@ type LeaderWatch struct {
 	C <-chan Leadership
 
 	ch   chan Leadership
+	fn   func(Leadership) // instead of ch: WatchLeaderFunc
 	g    *Group
 	once sync.Once
 }
@@ -37,7 +38,7 @@ func (w *LeaderWatch) Stop() {
 		defer w.g.mu.Unlock()
 		if _, ok := w.g.watchers[w]; ok {
 			delete(w.g.watchers, w)
-			close(w.ch)
+			w.close()
 		}
 	})
 }
@@ -58,6 +59,53 @@ func (g *Group) WatchLeader() *LeaderWatch {
 	ch <- g.current
 	g.watchers[w] = struct{}{}
 	return w
+}
+
+// WatchLeaderFunc starts a LeaderWatch that calls fn, in place of sending
+// on C (which is nil): with the current leadership at once, in the
+// caller's goroutine, then with every change, in the goroutine that
+// observed it. Calls never overlap and come in the order of the changes;
+// fn runs under the group's lock, so it must not block or call the group:
+// it hands the value to work of its own. A watcher that needs no goroutine
+// while nothing changes (a thousand idle partitions) uses it. After Stop,
+// or once the group closes, fn is not called again.
+func (g *Group) WatchLeaderFunc(fn func(Leadership)) *LeaderWatch {
+	w := &LeaderWatch{fn: fn, g: g}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return w
+	}
+	fn(g.current)
+	g.watchers[w] = struct{}{}
+	return w
+}
+
+// close ends a watch removed from its group's watchers, under the
+// group's lock: C is closed.
+func (w *LeaderWatch) close() {
+	if w.ch != nil {
+		close(w.ch)
+	}
+}
+
+// send hands l to the watcher, under the group's lock.
+func (w *LeaderWatch) send(l Leadership) {
+	if w.fn != nil {
+		w.fn(l)
+		return
+	}
+	select {
+	case w.ch <- l:
+	default:
+		// Replace the value the reader has not taken yet. Values are
+		// sent under g.mu only, so the second send cannot block.
+		select {
+		case <-w.ch:
+		default:
+		}
+		w.ch <- l
+	}
 }
 
 // observe turns Raft's observations into Leadership values, in the
@@ -116,16 +164,6 @@ func (g *Group) publish() {
 		g.logger.Info("leadership lost", "term", l.Term, "leader", l.LeaderID)
 	}
 	for w := range g.watchers {
-		select {
-		case w.ch <- l:
-		default:
-			// Replace the value the reader has not taken yet. Values are
-			// sent under g.mu only, so the second send cannot block.
-			select {
-			case <-w.ch:
-			default:
-			}
-			w.ch <- l
-		}
+		w.send(l)
 	}
 }

@@ -34,8 +34,8 @@
 //
 // # API
 //
-// New(Config) returns a Partition; Start runs its leadership loop, and
-// the others start with their work (an idle partition holds one
+// New(Config) returns a Partition; Start follows its group's leadership,
+// and its loops start with their work (an idle partition holds no
 // goroutine). A session claims a producer name (ClaimProducer), opens it
 // (OpenProducer), sends (Send) and lets it go (ReleaseProducer).
 // Subscribe returns the Consumer a session drives: Flow, Ack, Redeliver,

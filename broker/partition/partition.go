@@ -38,8 +38,8 @@ type Group interface {
 	Term() uint64
 	// Leader returns the leader's node id, empty when unknown.
 	Leader() (id, addr string)
-	// WatchLeader reports leadership changes.
-	WatchLeader() *cluster.LeaderWatch
+	// WatchLeaderFunc reports leadership changes to a function.
+	WatchLeaderFunc(fn func(cluster.Leadership)) *cluster.LeaderWatch
 }
 
 // Reserve is the node's free-space reserve, checked before a send is
@@ -227,7 +227,16 @@ type Partition struct {
 	quota atomic.Pointer[quotaState]
 
 	stop chan struct{}
-	wg   sync.WaitGroup // the leader loop
+	// The group's leadership is followed with no goroutine waiting for
+	// it: watch hands each change to leadership, which runs
+	// leadershipChanged in a goroutine of its own while there is a change
+	// to take (worker.go). followed is what that last took.
+	watch      *cluster.LeaderWatch
+	leadership *latest[cluster.Leadership]
+	followed   struct {
+		leading bool
+		term    uint64
+	}
 	// The loops that hold no goroutine while idle (worker.go): the write
 	// path's two stages (queues: the sends, the entries in flight), the
 	// ack path, the sweep and retention.
@@ -301,6 +310,7 @@ func New(cfg Config) (*Partition, error) {
 			r.done(ErrStopping)
 		}
 	}, p.stop)
+	p.leadership = newLatest(p.leadershipChanged)
 	p.sweep = newTimed(cfg.SweepInterval, p.sweepOnce)
 	p.retention = newTimed(cfg.RetentionInterval, p.retainOnce)
 	return p, nil
@@ -309,62 +319,53 @@ func New(cfg Config) (*Partition, error) {
 // Name returns the partition's name.
 func (p *Partition) Name() string { return p.name }
 
-// Start runs the leader loop and arms the sweep's and retention's timers;
-// the write and ack paths start with their first request.
+// Start follows the group's leadership and arms the sweep's and
+// retention's timers; the write and ack paths start with their first
+// request.
 func (p *Partition) Start() {
-	p.wg.Add(1)
-	go p.leaderLoop(p.group.WatchLeader())
+	p.watch = p.group.WatchLeaderFunc(p.leadership.set)
 	p.sweep.start()
 	p.retention.start()
 }
 
-// leaderLoop follows the group's leadership: when this node stops leading,
-// its consumers and producers are closed so that clients look the leader
-// up again; every change is passed on to onLeadership.
-func (p *Partition) leaderLoop(w *cluster.LeaderWatch) {
-	defer p.wg.Done()
-	defer w.Stop()
-	was := false
-	var term uint64
-	for {
-		select {
-		case <-p.stop:
-			return
-		case l, ok := <-w.C:
-			if !ok {
-				return
-			}
-			// Leadership lost, or lost and regained in between (a new
-			// term): what the old term's leader held is stale.
-			if was && (!l.IsLeader || l.Term != term) {
-				p.logger.Info("leadership lost; closing consumers and producers")
-				// Not leading first: an attach in progress sees it and
-				// gives up instead of starting a dispatcher after this.
-				p.mu.Lock()
-				p.leading = false
-				p.mu.Unlock()
-				p.evictAll()
-			}
-			if l.IsLeader && (!was || l.Term != term) {
-				now := time.Now()
-				p.graceUntil.Store(now.Add(p.cfg.ReconnectGrace).UnixNano())
-				p.mu.Lock()
-				p.leaderSince = now
-				p.mu.Unlock()
-			}
-			was, term = l.IsLeader, l.Term
-			p.mu.Lock()
-			p.leading, p.term = l.IsLeader, l.Term
-			close(p.leadChanged)
-			p.leadChanged = make(chan struct{})
-			p.mu.Unlock()
-			if l.IsLeader {
-				p.sweep.wake() // after leading is set: the sweep reads it
-			}
-			if p.onLeadership != nil {
-				p.onLeadership(l)
-			}
-		}
+// leadershipChanged follows the group's leadership, run by p.leadership
+// with the latest change (runs never overlap): when this node stops
+// leading, its consumers and producers are closed so that clients look
+// the leader up again; every change is passed on to onLeadership.
+func (p *Partition) leadershipChanged(l cluster.Leadership) {
+	if closed(p.stop) {
+		return
+	}
+	was, term := p.followed.leading, p.followed.term
+	// Leadership lost, or lost and regained in between (a new
+	// term): what the old term's leader held is stale.
+	if was && (!l.IsLeader || l.Term != term) {
+		p.logger.Info("leadership lost; closing consumers and producers")
+		// Not leading first: an attach in progress sees it and
+		// gives up instead of starting a dispatcher after this.
+		p.mu.Lock()
+		p.leading = false
+		p.mu.Unlock()
+		p.evictAll()
+	}
+	if l.IsLeader && (!was || l.Term != term) {
+		now := time.Now()
+		p.graceUntil.Store(now.Add(p.cfg.ReconnectGrace).UnixNano())
+		p.mu.Lock()
+		p.leaderSince = now
+		p.mu.Unlock()
+	}
+	p.followed.leading, p.followed.term = l.IsLeader, l.Term
+	p.mu.Lock()
+	p.leading, p.term = l.IsLeader, l.Term
+	close(p.leadChanged)
+	p.leadChanged = make(chan struct{})
+	p.mu.Unlock()
+	if l.IsLeader {
+		p.sweep.wake() // after leading is set: the sweep reads it
+	}
+	if p.onLeadership != nil {
+		p.onLeadership(l)
 	}
 }
 
@@ -411,7 +412,10 @@ func (p *Partition) StopAccepting() {
 // dispatchers. Call it after StopAccepting and after the Raft group is
 // closed.
 func (p *Partition) Wait() {
-	p.wg.Wait()
+	if p.watch != nil {
+		p.watch.Stop()
+	}
+	p.leadership.stop()
 	p.proposer.stop() // first: it hands entries to the committer
 	p.committer.stop()
 	p.acker.stop()

@@ -152,7 +152,7 @@ func (p *Partition) join(ctx context.Context, r SubscribeRequest, keyMode transp
 }
 
 // leadingTerm returns the term in which this node leads the partition.
-// Right after Raft made this node leader, the leadership loop may not have
+// Right after Raft made this node leader, leadershipChanged may not have
 // taken it yet (a subscribe sent as soon as the stream was created, whose
 // leader the node waited for, found it so): the request waits for it,
 // until ctx ends, rather than being refused.

@@ -11,8 +11,10 @@ import (
 // every cycle. So the partition's loops hold no goroutine while they have
 // nothing to do: the write and ack paths run in a worker started by the
 // request that finds none running and ended after workerLinger without
-// one, and the timed loops (retention, the sweep) run on timers
-// (time.AfterFunc), which take a goroutine only while they run.
+// one, the timed loops (retention, the sweep) run on timers
+// (time.AfterFunc), which take a goroutine only while they run, and
+// leadership changes are handled by latest, whose goroutine runs only
+// while a change waits.
 
 // workerLinger is how long a worker waits for more work before it ends: a
 // busy partition keeps its worker, an idle one holds none.
@@ -228,4 +230,64 @@ func (t *timed) stop() {
 	}
 	t.mu.Unlock()
 	t.wg.Wait()
+}
+
+// latest runs fn with the latest value handed to set, in a goroutine that
+// set starts and that ends once no newer value waits: values set while fn
+// runs are taken together, as the last of them, and runs never overlap.
+// set never blocks (the group's leadership calls it under its lock). After
+// stop no run starts.
+type latest[T any] struct {
+	fn func(T)
+
+	mu      sync.Mutex
+	v       T
+	pending bool // v has not been run with
+	running bool
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+func newLatest[T any](fn func(T)) *latest[T] {
+	return &latest[T]{fn: fn}
+}
+
+// set hands v over, starting a run unless one runs, which takes v next.
+func (l *latest[T]) set(v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	l.v, l.pending = v, true
+	if l.running {
+		return
+	}
+	l.running = true
+	l.wg.Add(1) // never during stop's Wait: stopped is set first, under mu
+	go l.run()
+}
+
+func (l *latest[T]) run() {
+	defer l.wg.Done()
+	for {
+		l.mu.Lock()
+		if !l.pending || l.stopped {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		v := l.v
+		l.pending = false
+		l.mu.Unlock()
+		l.fn(v)
+	}
+}
+
+// stop lets no run start again and waits for the one running.
+func (l *latest[T]) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+	l.wg.Wait()
 }

@@ -171,3 +171,53 @@ func TestTimedSleepsUntilWokenAndStops(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// latest runs its function once at a time, always ends on the last value
+// handed to it, takes values handed over while it runs together, holds no
+// goroutine between changes, and runs nothing after stop.
+func TestLatestRunsTheLastValueOnceAtATime(t *testing.T) {
+	var running, most atomic.Int32
+	ran := make(chan int, 200)
+	entered, release := make(chan struct{}), make(chan struct{})
+	l := newLatest(func(v int) {
+		if n := running.Add(1); n > most.Load() {
+			most.Store(n)
+		}
+		defer running.Add(-1)
+		if v == 0 {
+			close(entered)
+			<-release // the first run holds while the others are handed over
+		}
+		ran <- v
+	})
+	l.set(0)
+	<-entered
+	var wg sync.WaitGroup
+	for i := 1; i <= 100; i++ {
+		wg.Go(func() { l.set(i) })
+	}
+	wg.Wait()
+	l.set(101) // after every other: the last value
+	close(release)
+	if v := <-ran; v != 0 {
+		t.Fatalf("the first run took %d, want 0", v)
+	}
+	if v := <-ran; v != 101 {
+		t.Fatalf("the second run took %d: the values set during the first should be taken together, as the last, 101", v)
+	}
+	// A value set later starts a run again; after stop none starts.
+	l.set(102)
+	if v := <-ran; v != 102 {
+		t.Fatalf("the run after a pause took %d, want 102", v)
+	}
+	l.stop()
+	l.set(103)
+	l.stop()
+	close(ran)
+	for v := range ran {
+		t.Errorf("a run took %d after the one of 102: runs of values set during the first should be one, and none after stop", v)
+	}
+	if m := most.Load(); m != 1 {
+		t.Errorf("%d runs at once, want 1", m)
+	}
+}
