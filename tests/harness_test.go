@@ -195,13 +195,23 @@ func tail(s string, lines int) string {
 
 // kill sends SIGKILL and waits for the process to go.
 func (n *node) kill() {
+	n.killTimed()
+}
+
+// killTimed kills the node's process and waits for it to end; it returns
+// when the signal went, and when the process was seen to end (its memory
+// unmapped and its sockets closed by the kernel, which takes longer the
+// more memory the process held).
+func (n *node) killTimed() (signalled, ended time.Time) {
 	select {
 	case <-n.exited:
-		return
+		return time.Now(), time.Now()
 	default:
 	}
+	signalled = time.Now()
 	n.cmd.Process.Signal(syscall.SIGKILL)
 	<-n.exited
+	return signalled, time.Now()
 }
 
 // stop sends SIGTERM and waits for a clean exit.
