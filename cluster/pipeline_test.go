@@ -216,6 +216,51 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	}
 }
 
+// A follower of a quiet group closes the connections its transport
+// pooled for its own requests (here a pre-vote; after a restart, its votes
+// as a candidate and its TimeoutNow when it handed its leadership over),
+// once its leader's pipelines have closed: NetworkTransport never closes
+// them, each with 256 KiB at both ends, and after the elections and the
+// balancing that follow a restart they were most of a node's heap.
+func TestQuietFollowersCloseTheirPooledConnections(t *testing.T) {
+	nodes := newTestNodesWith(t, 3, func(m *Mux) {
+		m.hb.pipelineIdleClose = 300 * time.Millisecond
+		m.hb.quietAfter = 300 * time.Millisecond
+	})
+	gs := startGroup(t, nodes, "g", heartbeatTimings)
+	leader := waitLeader(t, gs)
+	applyAll(t, gs, "one")
+	dialed := func(g *testGroup) int {
+		g.layer.mu.Lock()
+		defer g.layer.mu.Unlock()
+		n := 0
+		for c := range g.layer.conns {
+			if c.dialed {
+				n++
+			}
+		}
+		return n
+	}
+	fs := others(gs, leader)
+	f, to := fs[0], fs[1]
+	addr, _ := f.gate.to(raft.ServerID(to.node.id), raft.ServerAddress(to.node.addr()))
+	req := raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(f.node.id), Addr: []byte(f.node.addr())}, Term: f.Term()}
+	if err := f.gate.NetworkTransport.RequestPreVote(raft.ServerID(to.node.id), addr, &req, new(raft.RequestPreVoteResponse)); err != nil {
+		t.Fatal(err)
+	}
+	if d := dialed(f); d == 0 {
+		t.Fatal("the follower's pre-vote left no connection in its pool")
+	}
+	eventually(t, 10*time.Second, "the quiet follower's pooled connection closed", func() bool { return dialed(f) == 0 })
+	applyAll(t, gs, "two")
+	for _, g := range gs {
+		eventually(t, 10*time.Second, "every member applied the entry sent after the pause", func() bool {
+			e := g.fsm.entries()
+			return len(e) > 0 && e[len(e)-1] == "two"
+		})
+	}
+}
+
 // An idle group's gates hold no goroutine: once its leader has closed
 // the connections of its pipelines and its pool, no member has a
 // connection left over which a request could come, and each gate's loop

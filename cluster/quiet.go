@@ -58,6 +58,12 @@ type quietState struct {
 	leading atomic.Bool
 	// wasLeader: the last tick found this member leading (tick's alone).
 	wasLeader bool
+	// quietSince: when the ticks first found this member following
+	// quietly, in the spell that goes on; zero when it does not.
+	// streamsClosed: it closed its connections in that spell
+	// (closeQuietStreams). Tick's alone.
+	quietSince    time.Time
+	streamsClosed bool
 
 	mu sync.Mutex
 	// acked, on a quiet leader: the followers that took a quiet heartbeat
@@ -362,6 +368,31 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 	return true
 }
 
+// closeQuietStreams closes the connections a member that follows quietly
+// holds, once it has followed quietly for twice pipelineIdleClose: by
+// then its leader has closed its pipelines, and its own connections
+// serve nobody. A leader closes its own when its pipelines close for
+// idleness (idled); a follower's are those of its requests from before
+// (its votes as a candidate, its TimeoutNow when it handed its
+// leadership over, its appends when it led), which NetworkTransport pools
+// and never closes, each with 256 KiB at both ends: after a restart and
+// the leadership balancing that follows, 290 MB of a node's heap. Closing
+// them also ends the connections the member accepted, each after its
+// next request, which is why it waits for its leader's pipelines to
+// close first.
+func (g *voteGate) closeQuietStreams(now time.Time, quiet bool) {
+	q := &g.quiet
+	switch {
+	case !quiet:
+		q.quietSince, q.streamsClosed = time.Time{}, false
+	case q.quietSince.IsZero():
+		q.quietSince = now
+	case !q.streamsClosed && g.mux.hb.pipelineIdleClose > 0 && now.Sub(q.quietSince) >= 2*g.mux.hb.pipelineIdleClose:
+		q.streamsClosed = true
+		g.idled()
+	}
+}
+
 // tick decides, for one group, whether its leader goes quiet or stops,
 // and whether a quiet member wakes: it is not a follower any more, or the
 // leader's node has been silent for quietWakeAfter (it is not in heard,
@@ -391,6 +422,7 @@ func (g *voteGate) tick(now time.Time, heard map[string]bool, gone map[string]ti
 	}
 	g.quiet.wasLeader = state == raft.Leader
 	under := g.quietUnder()
+	g.closeQuietStreams(now, under != "" && state == raft.Follower)
 	if under == "" {
 		if len(gone) > 0 && state == raft.Follower {
 			g.succeedAwake(r, gone)
