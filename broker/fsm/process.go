@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/fabriq-io/fabriq/storage"
 )
 
@@ -34,7 +32,7 @@ type handler struct {
 func handle[R any, C Command[R]](name string, apply func(*state, Log, uint64, C) (R, error)) handler {
 	return handler{name: name, apply: func(s *state, log Log, index uint64, body []byte) (any, error) {
 		var c C
-		if err := msgpack.Unmarshal(body, &c); err != nil {
+		if err := decodeBody(body, &c); err != nil {
 			return nil, fmt.Errorf("decode %s entry: %w", name, err)
 		}
 		return apply(s, log, index, c)
