@@ -104,6 +104,22 @@ func (h *heartbeats) probe(addr string, start time.Time) {
 		case <-ctx.Done():
 		}
 	}()
+	err := probePort(ctx, addr)
+	h.logger.Debug("probed a node's Raft port after its connection ended", "node", addr, "error", err, "took", time.Since(start))
+	if refusedOrReset(ctx, err) {
+		h.markGone(addr) // before the probe ends: the node is never unheard in between
+	}
+	h.mu.Lock()
+	if h.probing[addr].Equal(start) {
+		delete(h.probing, addr)
+	}
+	h.mu.Unlock()
+}
+
+// probePort dials addr and waits for the connection to end until ctx
+// ends: a live node's Raft port holds a connection until its header comes
+// (HeaderTimeout), longer than a probe.
+func probePort(ctx context.Context, addr string) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err == nil {
@@ -115,17 +131,44 @@ func (h *heartbeats) probe(addr string, start time.Time) {
 		stop()
 		c.Close()
 	}
+	return err
+}
+
+// refusedOrReset reports whether a probe's error says the process is gone:
+// its port refused, or reset the connection it accepted, before the probe
+// (ctx) ended.
+func refusedOrReset(ctx context.Context, err error) bool {
 	var ne net.Error
 	reset := errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)
-	h.logger.Debug("probed a node's Raft port after its connection ended", "node", addr, "error", err, "took", time.Since(start))
-	if (errors.Is(err, syscall.ECONNREFUSED) || reset) && ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
-		h.markGone(addr) // before the probe ends: the node is never unheard in between
+	return (errors.Is(err, syscall.ECONNREFUSED) || reset) && ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// reportedProbeWindow bounds ProbeReported's wait for a connection its
+// port accepted to be reset.
+const reportedProbeWindow = 50 * time.Millisecond
+
+// ProbeReported is told that a client could not reach the node at Raft
+// address addr (its client port refused the client's connection): this
+// node dials addr's Raft port, and marks the node gone, as a connection
+// that ended does, when the port refuses or resets the connection within
+// reportedProbeWindow. It reports whether the node is gone, found now or
+// before. A client's word alone marks nothing: only the port's answer
+// does, so a client cannot make a live node look dead. It waits
+// reportedProbeWindow at most, less when ctx ends first.
+func (m *Mux) ProbeReported(ctx context.Context, addr string) bool {
+	h := m.hb
+	if m.Gone(addr) {
+		return true
 	}
-	h.mu.Lock()
-	if h.probing[addr].Equal(start) {
-		delete(h.probing, addr)
+	ctx, cancel := context.WithTimeout(ctx, reportedProbeWindow)
+	defer cancel()
+	err := probePort(ctx, addr)
+	h.logger.Debug("probed a node's Raft port a client could not reach", "node", addr, "error", err)
+	if !refusedOrReset(ctx, err) {
+		return false
 	}
-	h.mu.Unlock()
+	h.markGone(addr)
+	return true
 }
 
 // markGone records that the node at addr refused a connection.
