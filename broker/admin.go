@@ -29,8 +29,8 @@ func (h sessionNode) LocalLeader(name string) (*partition.Partition, error) {
 
 func (h sessionNode) Lookup(name string) (*transport.LookupResult, error) { return h.n.lookup(name) }
 
-func (h sessionNode) LookupWait(ctx context.Context, name string, hints bool) (*transport.LookupResult, error) {
-	return h.n.lookupWait(ctx, name, hints)
+func (h sessionNode) LookupWait(ctx context.Context, name string, hints bool, unreachable string) (*transport.LookupResult, error) {
+	return h.n.lookupWait(ctx, name, hints, unreachable)
 }
 
 func (h sessionNode) Partitions(ctx context.Context, stream string) (int, error) {
@@ -126,7 +126,15 @@ const lookupRetry = 50 * time.Millisecond
 // this node runs, it asks again as soon as its group's leadership changes:
 // a client waiting through a failover hears of the new leader as soon as
 // this node does.
-func (n *Node) lookupWait(ctx context.Context, name string, hints bool) (*transport.LookupResult, error) {
+//
+// unreachable is the client address of a leader the client could not
+// connect to. A node that would name it probes that node's Raft port once
+// (cluster.Mux.ProbeReported): found gone, the node is marked so, its
+// groups' successors here stand at once, and the lookup waits for the next
+// leader; found alive, it is named. A client killed a leader's process
+// often learns of it before the leader's peers do: without this, the node
+// named the dead leader again, and the client waited out a backoff.
+func (n *Node) lookupWait(ctx context.Context, name string, hints bool, unreachable string) (*transport.LookupResult, error) {
 	var watch *cluster.LeaderWatch
 	defer func() {
 		if watch != nil {
@@ -136,8 +144,15 @@ func (n *Node) lookupWait(ctx context.Context, name string, hints bool) (*transp
 	var changed <-chan cluster.Leadership
 	t := time.NewTicker(lookupRetry)
 	defer t.Stop()
+	probed := false
 	for {
 		res, err := n.lookup(name)
+		if err == nil && !res.Here && unreachable != "" && res.Address == unreachable && !probed {
+			probed = true
+			if info, ok := n.catalog.Node(res.NodeID); ok && n.mux.ProbeReported(ctx, info.RaftAddr) {
+				res, err = n.lookup(name) // its successors stand: the node is gone now
+			}
+		}
 		var te *transport.Error
 		switch code := transport.CodeOf(err); {
 		case code == transport.CodeNotLeader && hints && errors.As(err, &te) && te.LeaderHint != "":

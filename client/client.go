@@ -363,7 +363,8 @@ func backoff(ctx context.Context, n int) error {
 
 // retry runs op until it succeeds, fails for good, or ctx ends. A
 // NotLeader answer that names the leader is retried at once (op follows
-// the hint); anything else after a backoff.
+// the hint), and so is a lookup whose leader refused the connection (op
+// tells the node it asks again); anything else after a backoff.
 func (c *Client) retry(ctx context.Context, op func(context.Context) error) error {
 	hinted := 0
 	for n := 0; ; n++ {
@@ -371,7 +372,7 @@ func (c *Client) retry(ctx context.Context, op func(context.Context) error) erro
 		if err == nil || !retryable(err) {
 			return err
 		}
-		if leaderHint(err) != "" && hinted < 3 {
+		if (leaderHint(err) != "" || errors.Is(err, errLeaderUnreachable)) && hinted < 3 {
 			hinted++
 			n--
 			continue
@@ -402,15 +403,20 @@ const lookupMaxWait = 500
 
 // lookup returns a connection to the leader of a partition: it asks any
 // node, then follows the answer (and NotLeader hints) to the leader.
+//
+// A leader named that the client cannot connect to (its process was just
+// killed, and the node asked has not found out yet) is told to the next
+// node asked, at once: that node probes it, and names the next leader
+// instead once it finds it gone.
 func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
 	var leader *cnx
-	hint := ""
+	hint, unreachable := "", ""
 	err := c.retry(ctx, func(ctx context.Context) error {
 		x, err := c.pick(ctx, &hint)
 		if err != nil {
 			return err
 		}
-		res, err := x.request(ctx, &transport.Lookup{RequestID: c.requestID(), Stream: partition, Wait: true, Hints: true, MaxWaitMillis: lookupMaxWait})
+		res, err := x.request(ctx, &transport.Lookup{RequestID: c.requestID(), Stream: partition, Wait: true, Hints: true, MaxWaitMillis: lookupMaxWait, Unreachable: unreachable})
 		if err != nil {
 			hint = leaderHint(err)
 			return err
@@ -424,10 +430,18 @@ func (c *Client) lookup(ctx context.Context, partition string) (*cnx, error) {
 			return nil
 		}
 		leader, err = c.conn(ctx, lr.Address)
+		if errors.Is(err, errUnreachable) && unreachable != lr.Address {
+			unreachable = lr.Address
+			return fmt.Errorf("%w: %w", errLeaderUnreachable, err)
+		}
 		return err
 	})
 	return leader, err
 }
+
+// errLeaderUnreachable is a lookup's answer naming a leader the client
+// could not connect to: asked again at once, with its address.
+var errLeaderUnreachable = errors.New("client: the leader named cannot be reached")
 
 // maxLeaderHints bounds the NotLeader hints atLeader follows.
 const maxLeaderHints = 3

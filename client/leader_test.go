@@ -17,9 +17,11 @@ import (
 // with create (a ProducerReady, or an error). Other commands go to other,
 // when set, which answers them or returns nil to leave them unanswered.
 type fakeNode struct {
-	ln      net.Listener
-	create  func(*transport.CreateProducer) transport.Command
-	other   func(transport.Command) transport.Command
+	ln     net.Listener
+	create func(*transport.CreateProducer) transport.Command
+	other  func(transport.Command) transport.Command
+	// lookup, when set, answers Lookup instead of "here".
+	lookup  func(*transport.Lookup) transport.Command
 	lookups atomic.Int64
 	creates atomic.Int64
 	wg      sync.WaitGroup
@@ -77,6 +79,9 @@ func (n *fakeNode) serve(nc net.Conn) {
 		case *transport.Lookup:
 			n.lookups.Add(1)
 			answer = &transport.LookupResult{RequestID: cmd.RequestID, Here: true}
+			if n.lookup != nil {
+				answer = n.lookup(cmd)
+			}
 		case *transport.CreateProducer:
 			n.creates.Add(1)
 			answer = n.create(cmd)
@@ -122,6 +127,49 @@ func TestProducerFollowsLeaderHint(t *testing.T) {
 	}
 	if got := old.lookups.Load() + leader.lookups.Load(); got != 1 {
 		t.Errorf("%d lookups, want 1: the hint is followed, not looked up again", got)
+	}
+}
+
+// A lookup that names a leader whose port refuses the client (its process
+// was just killed; the node asked has not found out yet) is asked again
+// at once, with that leader's address, so that the node can look for
+// itself rather than name it again: here the node names the dead leader
+// until it is told, and the producer attaches only because it was.
+func TestLookupTellsTheNodeOfAnUnreachableLeader(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // its port now refuses
+	var mu sync.Mutex
+	var told []string
+	n := startFakeNode(t, func(c *transport.CreateProducer) transport.Command {
+		return &transport.ProducerReady{RequestID: c.RequestID, ProducerName: c.ProducerName, LastSequenceID: -1}
+	})
+	n.lookup = func(l *transport.Lookup) transport.Command {
+		mu.Lock()
+		told = append(told, l.Unreachable)
+		mu.Unlock()
+		if l.Unreachable == dead {
+			return &transport.LookupResult{RequestID: l.RequestID, Here: true}
+		}
+		return &transport.LookupResult{RequestID: l.RequestID, Address: dead, NodeID: "n2"}
+	}
+	c, err := New(Options{URL: "fabriq://" + n.addr(), OperationTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.CreateProducer(context.Background(), ProducerOptions{Stream: "persistent://t/f/s"})
+	if err != nil {
+		t.Fatalf("create producer: %v", err)
+	}
+	defer p.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 2 || told[0] != "" || told[1] != dead {
+		t.Errorf("the lookups said the unreachable leader was %q; want none, then %s", told, dead)
 	}
 }
 

@@ -1106,3 +1106,39 @@ func TestWaitingLookupsDoNotHoldUpOthers(t *testing.T) {
 		}
 	}
 }
+
+// A client that could not connect to the leader a lookup named says so in
+// its next lookup; the node asked probes that leader's Raft port, and a
+// leader whose process is alive is named all the same: a client's report
+// alone never makes a live leader look dead. (A dead one's port refuses,
+// the node marks it gone, and the lookup waits for its successor:
+// cluster's TestProbeReportedTrustsOnlyThePort, client's
+// TestLookupTellsTheNodeOfAnUnreachableLeader.)
+func TestLookupNamesAReportedLeaderThatIsAlive(t *testing.T) {
+	t.Parallel() // mostly waiting on processes: see TestMain
+	nodes := startCluster(t, 3)
+	ctx := testContext(t, time.Minute)
+	const stream = "persistent://acme/prod/reported"
+	admin := newClient(t, nodes[0].url())
+	defer admin.Close()
+	if err := createStream(ctx, admin, stream, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	leader := byID(nodes, leaderOf(ctx, t, admin, stream))
+	var other *clusterNode
+	for _, n := range nodes {
+		if n != leader {
+			other = n
+			break
+		}
+	}
+	conn := rawConn(ctx, t, other.addr, "raw", transport.Config{})
+	defer conn.Close()
+	if err := conn.Send(ctx, &transport.Lookup{RequestID: 1, Stream: stream, Wait: true, Hints: true, MaxWaitMillis: 5_000, Unreachable: leader.addr}); err != nil {
+		t.Fatal(err)
+	}
+	res := rawNext(ctx, t, conn)
+	if r, ok := res.(*transport.LookupResult); !ok || r.Address != leader.addr {
+		t.Fatalf("a lookup reporting the live leader %s unreachable answered %#v, want that leader", leader.addr, res)
+	}
+}

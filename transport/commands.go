@@ -116,6 +116,11 @@ type Lookup struct {
 	// timeout (0: no lower bound): a client that asks another node after
 	// it is not held by one cut off from the partition's majority.
 	MaxWaitMillis uint32 `msgpack:"mw,omitempty"`
+	// Unreachable, with Wait, is the client address of a leader this
+	// client was just sent to and could not connect to: the node asked
+	// does not name it again unless it finds its process alive (it
+	// probes it), and waits for the partition's next leader instead.
+	Unreachable string `msgpack:"u,omitempty"`
 }
 
 // LookupResult answers Lookup: Here when the node asked is the leader,

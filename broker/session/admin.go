@@ -21,7 +21,7 @@ func (s *Session) lookup(c *transport.Lookup) {
 			wait = min(wait, time.Duration(c.MaxWaitMillis)*time.Millisecond)
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, wait)
-		res, err = s.node.LookupWait(ctx, c.Stream, c.Hints)
+		res, err = s.node.LookupWait(ctx, c.Stream, c.Hints, c.Unreachable)
 		cancel()
 	} else {
 		res, err = s.node.Lookup(c.Stream)

@@ -43,8 +43,10 @@ type Node interface {
 	// LookupWait is Lookup that waits, until ctx ends, while the
 	// partition has no leader to name (NotLeader, ServiceNotReady), and
 	// then returns the last answer; with hints, a NotLeader that names a
-	// node holding the partition is answered at once.
-	LookupWait(ctx context.Context, name string, hints bool) (*transport.LookupResult, error)
+	// node holding the partition is answered at once. unreachable is the
+	// client address of a leader the client could not connect to: named
+	// again only once the node found its process alive.
+	LookupWait(ctx context.Context, name string, hints bool, unreachable string) (*transport.LookupResult, error)
 	// Partitions returns how many partitions a stream has, creating the
 	// stream first where the node auto-creates streams on first use.
 	Partitions(ctx context.Context, stream string) (int, error)
