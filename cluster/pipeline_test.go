@@ -146,6 +146,43 @@ func TestWaitEndsWhenTheGroupCloses(t *testing.T) {
 	}
 }
 
+// dialedConns counts the connections g's layer dialled that are open.
+func dialedConns(g *testGroup) int {
+	g.layer.mu.Lock()
+	defer g.layer.mu.Unlock()
+	n := 0
+	for c := range g.layer.conns {
+		if c.dialed {
+			n++
+		}
+	}
+	return n
+}
+
+// preVote sends a pre-vote request of from's to to, which to refuses: it
+// leaves a connection in from's transport's pool, as an election's
+// requests do.
+func preVote(t *testing.T, from, to *testGroup) {
+	t.Helper()
+	addr, _ := from.gate.to(raft.ServerID(to.node.id), raft.ServerAddress(to.node.addr()))
+	req := raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(from.node.id), Addr: []byte(from.node.addr())}, Term: from.Term()}
+	if err := from.gate.NetworkTransport.RequestPreVote(raft.ServerID(to.node.id), addr, &req, new(raft.RequestPreVoteResponse)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyAfterPause applies cmd and waits until every member applied it.
+func applyAfterPause(t *testing.T, gs []*testGroup, cmd string) {
+	t.Helper()
+	applyAll(t, gs, cmd)
+	for _, g := range gs {
+		eventually(t, 10*time.Second, "every member applied the entry sent after the pause", func() bool {
+			e := g.fsm.entries()
+			return len(e) > 0 && e[len(e)-1] == cmd
+		})
+	}
+}
+
 // An idle group's leader closes its pipelines, connections and all, once
 // nothing has been sent on them for pipelineIdleClose, and the connections
 // its transport pooled: at a thousand idle partitions they were most of a
@@ -172,24 +209,8 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 	// A pre-vote request of the leader's own, which the follower refuses,
 	// leaves a connection in its transport's pool, as its election's
 	// requests did (the pipelines may have taken those).
-	f := followers[0]
-	addr, _ := leader.gate.to(raft.ServerID(f.node.id), raft.ServerAddress(f.node.addr()))
-	req := raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(leader.node.id), Addr: []byte(leader.node.addr())}, Term: leader.Term()}
-	if err := leader.gate.NetworkTransport.RequestPreVote(raft.ServerID(f.node.id), addr, &req, new(raft.RequestPreVoteResponse)); err != nil {
-		t.Fatal(err)
-	}
-	dialed := func(g *testGroup) int {
-		g.layer.mu.Lock()
-		defer g.layer.mu.Unlock()
-		n := 0
-		for c := range g.layer.conns {
-			if c.dialed {
-				n++
-			}
-		}
-		return n
-	}
-	if d := dialed(leader); d <= 2 {
+	preVote(t, leader, followers[0])
+	if d := dialedConns(leader); d <= 2 {
 		t.Fatalf("the leader dialled %d connections, its pipelines' and a pooled one: want more than 2", d)
 	}
 	before := []int{conns(followers[0]), conns(followers[1])}
@@ -202,15 +223,9 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 		eventually(t, 10*time.Second, "a follower's end of its pipeline closed", func() bool { return conns(f) < before[i] })
 	}
 	// And so do the leader's pooled connections.
-	eventually(t, 10*time.Second, "every connection the idle leader dialled closed", func() bool { return dialed(leader) == 0 })
+	eventually(t, 10*time.Second, "every connection the idle leader dialled closed", func() bool { return dialedConns(leader) == 0 })
 
-	applyAll(t, gs, "two")
-	for _, g := range gs {
-		eventually(t, 10*time.Second, "every member applied the entry sent after the pause", func() bool {
-			e := g.fsm.entries()
-			return len(e) > 0 && e[len(e)-1] == "two"
-		})
-	}
+	applyAfterPause(t, gs, "two")
 	if n := leader.node.mux.HeartbeatStats().PipelinesOpen; n == 0 {
 		t.Errorf("no pipeline open after an entry was sent; want them opened again")
 	}
@@ -230,35 +245,14 @@ func TestQuietFollowersCloseTheirPooledConnections(t *testing.T) {
 	gs := startGroup(t, nodes, "g", heartbeatTimings)
 	leader := waitLeader(t, gs)
 	applyAll(t, gs, "one")
-	dialed := func(g *testGroup) int {
-		g.layer.mu.Lock()
-		defer g.layer.mu.Unlock()
-		n := 0
-		for c := range g.layer.conns {
-			if c.dialed {
-				n++
-			}
-		}
-		return n
-	}
 	fs := others(gs, leader)
-	f, to := fs[0], fs[1]
-	addr, _ := f.gate.to(raft.ServerID(to.node.id), raft.ServerAddress(to.node.addr()))
-	req := raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(f.node.id), Addr: []byte(f.node.addr())}, Term: f.Term()}
-	if err := f.gate.NetworkTransport.RequestPreVote(raft.ServerID(to.node.id), addr, &req, new(raft.RequestPreVoteResponse)); err != nil {
-		t.Fatal(err)
-	}
-	if d := dialed(f); d == 0 {
+	f := fs[0]
+	preVote(t, f, fs[1])
+	if d := dialedConns(f); d == 0 {
 		t.Fatal("the follower's pre-vote left no connection in its pool")
 	}
-	eventually(t, 10*time.Second, "the quiet follower's pooled connection closed", func() bool { return dialed(f) == 0 })
-	applyAll(t, gs, "two")
-	for _, g := range gs {
-		eventually(t, 10*time.Second, "every member applied the entry sent after the pause", func() bool {
-			e := g.fsm.entries()
-			return len(e) > 0 && e[len(e)-1] == "two"
-		})
-	}
+	eventually(t, 10*time.Second, "the quiet follower's pooled connection closed", func() bool { return dialedConns(f) == 0 })
+	applyAfterPause(t, gs, "two")
 }
 
 // An idle group's gates hold no goroutine: once its leader has closed
@@ -285,13 +279,7 @@ func TestIdleGroupsGatesHoldNoLoop(t *testing.T) {
 	for _, g := range gs {
 		eventually(t, 3*gateLinger, "the idle group's gates to end their loops", func() bool { return !looping(g) })
 	}
-	applyAll(t, gs, "two")
-	for _, g := range gs {
-		eventually(t, 10*time.Second, "every member applied the entry sent after the pause", func() bool {
-			e := g.fsm.entries()
-			return len(e) > 0 && e[len(e)-1] == "two"
-		})
-	}
+	applyAfterPause(t, gs, "two")
 }
 
 // A follower whose log was lost (its disk replaced, it came back under the
