@@ -104,7 +104,7 @@ func (h *heartbeats) probe(addr string, start time.Time) {
 		case <-ctx.Done():
 		}
 	}()
-	err := probePort(ctx, addr)
+	err := probePort(ctx, addr, goneProbeTimeout)
 	h.logger.Debug("probed a node's Raft port after its connection ended", "node", addr, "error", err, "took", time.Since(start))
 	if refusedOrReset(ctx, err) {
 		h.markGone(addr) // before the probe ends: the node is never unheard in between
@@ -116,15 +116,18 @@ func (h *heartbeats) probe(addr string, start time.Time) {
 	h.mu.Unlock()
 }
 
-// probePort dials addr and waits for the connection to end until ctx
-// ends: a live node's Raft port holds a connection until its header comes
-// (HeaderTimeout), longer than a probe.
-func probePort(ctx context.Context, addr string) error {
+// probePort dials addr and waits for the connection to end, readFor at
+// most once connected, and until ctx ends: a live node's Raft port holds a
+// connection until its header comes (HeaderTimeout), longer than a probe.
+func probePort(ctx context.Context, addr string, readFor time.Duration) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err == nil {
 		stop := context.AfterFunc(ctx, func() { c.Close() }) // the probe's end, or the node closing
 		deadline, _ := ctx.Deadline()
+		if d := time.Now().Add(readFor); d.Before(deadline) {
+			deadline = d
+		}
 		if err = c.SetReadDeadline(deadline); err == nil {
 			_, err = c.Read(make([]byte, 1))
 		}
@@ -144,25 +147,25 @@ func refusedOrReset(ctx context.Context, err error) bool {
 }
 
 // reportedProbeWindow bounds ProbeReported's wait for a connection its
-// port accepted to be reset.
+// port accepted to be reset; its dial may take goneProbeTimeout.
 const reportedProbeWindow = 50 * time.Millisecond
 
 // ProbeReported is told that a client could not reach the node at Raft
 // address addr (its client port refused the client's connection): this
 // node dials addr's Raft port, and marks the node gone, as a connection
 // that ended does, when the port refuses or resets the connection within
-// reportedProbeWindow. It reports whether the node is gone, found now or
-// before. A client's word alone marks nothing: only the port's answer
-// does, so a client cannot make a live node look dead. It waits
-// reportedProbeWindow at most, less when ctx ends first.
+// reportedProbeWindow of connecting. It reports whether the node is gone,
+// found now or before. A client's word alone marks nothing: only the
+// port's answer does, so a client cannot make a live node look dead. A
+// live node costs the caller a connection and reportedProbeWindow.
 func (m *Mux) ProbeReported(ctx context.Context, addr string) bool {
 	h := m.hb
 	if m.Gone(addr) {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, reportedProbeWindow)
+	ctx, cancel := context.WithTimeout(ctx, goneProbeTimeout)
 	defer cancel()
-	err := probePort(ctx, addr)
+	err := probePort(ctx, addr, reportedProbeWindow)
 	h.logger.Debug("probed a node's Raft port a client could not reach", "node", addr, "error", err)
 	if !refusedOrReset(ctx, err) {
 		return false
