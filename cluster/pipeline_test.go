@@ -257,6 +257,46 @@ func TestQuietFollowersCloseTheirPooledConnections(t *testing.T) {
 	applyAfterPause(t, gs, "two")
 }
 
+// A quiet follower keeps its pooled connections under a leader whose node
+// is older than ProtocolCatchUp: such a leader never closes its pipeline
+// and sends an idle append on it every second, and closing would end that
+// pipeline's connection after its next append. Under a leader of this
+// version it closes them. The quiet spell is driven here by hand (the
+// ticks are off), so each close happens, or not, in the call.
+func TestQuietFollowerKeepsItsConnectionsUnderAnOlderLeader(t *testing.T) {
+	nodes := newTestNodesWith(t, 3, func(m *Mux) {
+		m.hb.pipelineIdleClose = 300 * time.Millisecond
+		m.hb.tickEvery = time.Hour
+	})
+	gs := startGroup(t, nodes, "g", heartbeatTimings)
+	leader := waitLeader(t, gs)
+	fs := others(gs, leader)
+	f := fs[0]
+	under := leader.node.addr()
+	spell := func() {
+		now := time.Now()
+		f.gate.closeQuietStreams(now, under, true)                  // the spell starts
+		f.gate.closeQuietStreams(now.Add(time.Minute), under, true) // and has lasted
+		f.gate.closeQuietStreams(now.Add(time.Minute), "", true)    // it ends
+	}
+	preVote(t, f, fs[1])
+	f.node.mux.SetProtocols(func(addr string) int {
+		if addr == under {
+			return ProtocolHeartbeats
+		}
+		return RaftProtocol
+	})
+	spell()
+	if dialedConns(f) == 0 {
+		t.Fatal("under a leader older than ProtocolCatchUp the quiet follower closed its pooled connections")
+	}
+	f.node.mux.SetProtocols(nil)
+	spell()
+	if d := dialedConns(f); d != 0 {
+		t.Fatalf("under a leader of this version the quiet follower kept %d pooled connections", d)
+	}
+}
+
 // An idle group's gates hold no goroutine: once its leader has closed
 // the connections of its pipelines and its pool, no member has a
 // connection left over which a request could come, and each gate's loop

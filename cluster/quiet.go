@@ -379,9 +379,13 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 // the leadership balancing that follows, 290 MB of a node's heap. Closing
 // them also ends the connections the member accepted, each after its
 // next request, which is why it waits for its leader's pipelines to
-// close first.
-func (g *voteGate) closeQuietStreams(now time.Time, quiet bool) {
+// close first: under a leader whose node is older than ProtocolCatchUp,
+// which never closes them and sends an idle append every second, it keeps
+// them. under is the Raft address of the leader's node it follows quietly
+// under ("" when it does not), follower whether it follows.
+func (g *voteGate) closeQuietStreams(now time.Time, under string, follower bool) {
 	q := &g.quiet
+	quiet := under != "" && follower && g.mux.Protocol(under) >= ProtocolCatchUp
 	switch {
 	case !quiet:
 		q.quietSince, q.streamsClosed = time.Time{}, false
@@ -422,7 +426,7 @@ func (g *voteGate) tick(now time.Time, heard map[string]bool, gone map[string]ti
 	}
 	g.quiet.wasLeader = state == raft.Leader
 	under := g.quietUnder()
-	g.closeQuietStreams(now, under != "" && state == raft.Follower)
+	g.closeQuietStreams(now, under, state == raft.Follower)
 	if under == "" {
 		if len(gone) > 0 && state == raft.Follower {
 			g.succeedAwake(r, gone)
