@@ -101,6 +101,22 @@ func (n *fakeNode) serve(nc net.Conn) {
 	}
 }
 
+// attachProducer makes a client of the node at addr and, through it, a
+// producer of one stream; both close with the test.
+func attachProducer(t *testing.T, addr string) {
+	t.Helper()
+	c, err := New(Options{URL: "fabriq://" + addr, OperationTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p, err := c.CreateProducer(context.Background(), ProducerOptions{Stream: "persistent://t/f/s"})
+	if err != nil {
+		t.Fatalf("create producer: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+}
+
 // A producer that attaches where a lookup pointed, and is told there that
 // another node leads now (the node asked had not heard of the failover
 // yet), attaches to that node at once: it does not ask the same stale
@@ -112,16 +128,7 @@ func TestProducerFollowsLeaderHint(t *testing.T) {
 	old := startFakeNode(t, func(c *transport.CreateProducer) transport.Command {
 		return &transport.Error{RequestID: c.RequestID, Code: transport.CodeNotLeader, Message: "node n2 leads", LeaderHint: leader.addr()}
 	})
-	c, err := New(Options{URL: "fabriq://" + old.addr(), OperationTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := c.CreateProducer(context.Background(), ProducerOptions{Stream: "persistent://t/f/s"})
-	if err != nil {
-		t.Fatalf("create producer: %v", err)
-	}
-	defer p.Close()
+	attachProducer(t, old.addr())
 	if got := leader.creates.Load(); got != 1 {
 		t.Errorf("the leader was asked to create the producer %d times, want 1", got)
 	}
@@ -156,16 +163,7 @@ func TestLookupTellsTheNodeOfAnUnreachableLeader(t *testing.T) {
 		}
 		return &transport.LookupResult{RequestID: l.RequestID, Address: dead, NodeID: "n2"}
 	}
-	c, err := New(Options{URL: "fabriq://" + n.addr(), OperationTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := c.CreateProducer(context.Background(), ProducerOptions{Stream: "persistent://t/f/s"})
-	if err != nil {
-		t.Fatalf("create producer: %v", err)
-	}
-	defer p.Close()
+	attachProducer(t, n.addr())
 	mu.Lock()
 	defer mu.Unlock()
 	if len(told) != 2 || told[0] != "" || told[1] != dead {
