@@ -385,15 +385,18 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 // under ("" when it does not), follower whether it follows.
 func (g *voteGate) closeQuietStreams(now time.Time, under string, follower bool) {
 	q := &g.quiet
-	quiet := under != "" && follower && g.mux.Protocol(under) >= ProtocolCatchUp
 	switch {
-	case !quiet:
+	case under == "" || !follower:
 		q.quietSince, q.streamsClosed = time.Time{}, false
 	case q.quietSince.IsZero():
 		q.quietSince = now
 	case !q.streamsClosed && g.mux.hb.pipelineIdleClose > 0 && now.Sub(q.quietSince) >= 2*g.mux.hb.pipelineIdleClose:
+		// Once a spell, not every tick: gossip answers under a lock,
+		// scanning the members.
 		q.streamsClosed = true
-		g.idled()
+		if g.mux.Protocol(under) >= ProtocolCatchUp {
+			g.idled()
+		}
 	}
 }
 
