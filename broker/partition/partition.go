@@ -230,13 +230,9 @@ type Partition struct {
 	// The group's leadership is followed with no goroutine waiting for
 	// it: watch hands each change to leadership, which runs
 	// leadershipChanged in a goroutine of its own while there is a change
-	// to take (worker.go). followed is what that last took.
+	// to take (worker.go).
 	watch      *cluster.LeaderWatch
 	leadership *latest[cluster.Leadership]
-	followed   struct {
-		leading bool
-		term    uint64
-	}
 	// The loops that hold no goroutine while idle (worker.go): the write
 	// path's two stages (queues: the sends, the entries in flight), the
 	// ack path, the sweep and retention.
@@ -250,7 +246,8 @@ type Partition struct {
 	dispatchers map[string]*dispatcher
 	owners      map[string]Holder // producer name → the session holding it
 	lastPublish int64
-	// leading, term and leaderSince follow this node's leadership; the
+	// leading, term and leaderSince follow this node's leadership, as
+	// leadershipChanged, which alone writes them, last took it; the
 	// reconnect grace (SUB-7) counts from leaderSince.
 	leading     bool
 	term        uint64
@@ -336,7 +333,11 @@ func (p *Partition) leadershipChanged(l cluster.Leadership) {
 	if closed(p.stop) {
 		return
 	}
-	was, term := p.followed.leading, p.followed.term
+	// leading and term are leadershipChanged's alone to write: they are
+	// what its last run took.
+	p.mu.Lock()
+	was, term := p.leading, p.term
+	p.mu.Unlock()
 	// Leadership lost, or lost and regained in between (a new
 	// term): what the old term's leader held is stale.
 	if was && (!l.IsLeader || l.Term != term) {
@@ -355,7 +356,6 @@ func (p *Partition) leadershipChanged(l cluster.Leadership) {
 		p.leaderSince = now
 		p.mu.Unlock()
 	}
-	p.followed.leading, p.followed.term = l.IsLeader, l.Term
 	p.mu.Lock()
 	p.leading, p.term = l.IsLeader, l.Term
 	close(p.leadChanged)
