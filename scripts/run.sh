@@ -5,6 +5,7 @@
 # node that dies (killed, crashed) is started again a second later, as a
 # supervisor would, so that `fabriq bench failover` can kill leaders.
 # PPROF=1 serves each node's Go profiles on 127.0.0.1:6060 + its index.
+# FABRIQD_FLAGS adds flags to every node's command line (split on spaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,7 @@ start_node() {
     --client-addr "127.0.0.1:$((6650 + i))" --raft-addr "127.0.0.1:$((7650 + i))" \
     --gossip-addr "127.0.0.1:$((7946 + i))" --http-addr "127.0.0.1:$((8080 + i))" \
     --bootstrap-expect "$nodes" --join "127.0.0.1:$((7946 + (i + 1) % nodes))" \
-    ${PPROF:+--pprof-addr "127.0.0.1:$((6060 + i))"} \
+    ${PPROF:+--pprof-addr "127.0.0.1:$((6060 + i))"} ${FABRIQD_FLAGS:-} \
     2>>"$run_dir/$id.log" &
   pids[i]=$!
   echo "$!" >"$run_dir/$id.pid"
