@@ -56,7 +56,7 @@ type options struct {
 	join            []string
 	bootstrapExpect int
 	maxMessageBytes int
-	minFreeDisk     diskSize
+	minFreeDisk     sizeOrOff
 	segmentBytes    sizeFlag
 	retentionEvery  time.Duration
 	replaceDead     time.Duration

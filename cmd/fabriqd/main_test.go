@@ -63,13 +63,13 @@ func TestMinFreeDiskTakesSizes(t *testing.T) {
 		{"1GiB", 1 << 30}, {"512MiB", 512 << 20}, {"1.5g", 3 << 29}, {"2GB", 2e9},
 		{"4096", 4096}, {"off", -1}, {"0", -1}, {" 64 MiB ", 64 << 20},
 	} {
-		var s diskSize
+		var s sizeOrOff
 		if err := s.Set(c.in); err != nil || int64(s) != c.want {
 			t.Errorf("--min-free-disk %q = %d, %v; want %d", c.in, int64(s), err, c.want)
 		}
 	}
 	for _, bad := range []string{"", "lots", "-1GiB", "1XiB", "1e30GiB"} {
-		var s diskSize
+		var s sizeOrOff
 		if err := s.Set(bad); err == nil {
 			t.Errorf("--min-free-disk %q accepted as %d", bad, int64(s))
 		}

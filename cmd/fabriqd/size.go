@@ -8,11 +8,11 @@ import (
 	"github.com/fabriq-io/fabriq/cmd/internal/units"
 )
 
-// diskSize is a flag value for a size of disk space (units.ParseBytes),
+// sizeOrOff is a flag value for a size (units.ParseBytes) of disk or memory,
 // or "off" (also 0) for none, which it holds as -1.
-type diskSize int64
+type sizeOrOff int64
 
-func (s *diskSize) Set(v string) error {
+func (s *sizeOrOff) Set(v string) error {
 	if strings.EqualFold(strings.TrimSpace(v), "off") {
 		*s = -1
 		return nil
@@ -24,11 +24,11 @@ func (s *diskSize) Set(v string) error {
 	if n == 0 {
 		n = -1
 	}
-	*s = diskSize(n)
+	*s = sizeOrOff(n)
 	return nil
 }
 
-func (s *diskSize) String() string {
+func (s *sizeOrOff) String() string {
 	n := int64(*s)
 	switch {
 	case n < 0:
@@ -41,7 +41,7 @@ func (s *diskSize) String() string {
 	return strconv.FormatInt(n, 10)
 }
 
-func (s *diskSize) Type() string { return "size" }
+func (s *sizeOrOff) Type() string { return "size" }
 
 // sizeFlag is a flag value for a positive byte size (units.ParseBytes).
 type sizeFlag int64
