@@ -48,9 +48,12 @@ func TestBadFlagsFailClearly(t *testing.T) {
 		{"--segment-bytes", "1KiB", "--data-dir", "x"},
 	} {
 		cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
-		cmd.SetArgs(args)
+		// No HTTP port: the refusal must be the flag's, not a port in use.
+		cmd.SetArgs(append(args, "--http-addr="))
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("fabriqd %v started", args)
+		} else if strings.Contains(err.Error(), "address already in use") {
+			t.Errorf("fabriqd %v: %v, not the flag's refusal", args, err)
 		}
 	}
 }
@@ -75,7 +78,7 @@ func TestMinFreeDiskTakesSizes(t *testing.T) {
 		}
 	}
 	cmd := newRootCommand(new(bytes.Buffer), new(bytes.Buffer))
-	cmd.SetArgs([]string{"--min-free-disk", "100KiB", "--data-dir", t.TempDir()})
+	cmd.SetArgs([]string{"--min-free-disk", "100KiB", "--data-dir", t.TempDir(), "--http-addr="})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "MinFreeDisk") {
 		t.Errorf("a reserve of 100KiB: %v, want a MinFreeDisk error", err)
 	}
