@@ -57,6 +57,7 @@ type options struct {
 	bootstrapExpect int
 	maxMessageBytes int
 	minFreeDisk     sizeOrOff
+	gcHeadroom      sizeOrOff
 	segmentBytes    sizeFlag
 	retentionEvery  time.Duration
 	replaceDead     time.Duration
@@ -121,6 +122,8 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.IntVar(&o.maxMessageBytes, "max-message-size", 5<<20, "largest message payload accepted, in bytes")
 	o.minFreeDisk = broker.DefaultMinFreeDisk
 	f.Var(&o.minFreeDisk, "min-free-disk", "free space kept in reserve on the data directory's file system: below it sends are refused with the retryable error DiskFull while reads and acks go on, and they resume once space is freed; a size such as 1GiB or 512MiB (a size, not a share of the disk: what it holds does not grow with the disk), off for none")
+	o.gcHeadroom = defaultGCHeadroom
+	f.Var(&o.gcHeadroom, "gc-headroom", "garbage a busy node may hold before Go's collector runs, at most: the node lets its heap grow by what it allocates in a second, up to this, so that it collects about once a second rather than each time its heap doubles; each collection marks the stacks of every partition's Raft goroutines, which makes it costly on a node of many partitions; an idle node allocates little and holds no more than without it; GOMEMLIMIT, when set, bounds it to a quarter of itself (off: Go's own pacing, GOGC)")
 	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
 	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
 	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
@@ -170,6 +173,9 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
 	logger := slog.New(handler)
+	if o.gcHeadroom > 0 {
+		defer startGCPace(uint64(o.gcHeadroom))()
+	}
 	var gossipKeys [][]byte
 	if o.gossipKeyFile != "" {
 		keys, err := readGossipKeys(o.gossipKeyFile)

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// gcEvery is how often, at most, gcPace lets a busy process collect: the
+// headroom it grants is what the process allocated in this long.
+const gcEvery = time.Second
+
+// defaultGCHeadroom is --gc-headroom's default.
+const defaultGCHeadroom = 1 << 30
+
+// gcPace lets a busy process's garbage build up to what it allocates in
+// gcEvery, up to a bound, before the collector runs. After each collection
+// it sets GOGC for the next one from the allocation rate since the one
+// before, never below GOGC as it was.
+//
+// Why a node wants it: a node of many idle partitions has thousands of
+// goroutines, most of them its idle Raft groups', whose stacks every
+// collection marks, and a live heap of a few hundred MB. At GOGC 100 the
+// busy partitions' garbage (several times their payload: Raft's encoding,
+// bolt's pages, the followers' decoding) triggered a collection several
+// times a second, and the collector took 35–45 % of a busy node's CPU;
+// the busy partitions then made 60–65 % of their throughput alone.
+// Collecting about once a second took that back to 90 %. A fixed larger
+// GOGC or a fixed heap floor would do the same at a price paid always:
+// an idle node holding garbage it has no need to leave, a restarted node
+// (whose log scan makes its live heap a GB) at four times that. Paced by
+// its allocation rate, an idle node's heap stays where Go puts it, and
+// the memory goes to the busy node that buys CPU with it. The memory
+// limit (GOMEMLIMIT) still applies over all of it, and bounds the
+// headroom to a quarter of itself.
+type gcPace struct {
+	most uint64 // headroom granted at most
+	base int    // GOGC when the pacing started
+
+	mu         sync.Mutex
+	stopped    bool
+	set        int // GOGC last set
+	lastAllocs uint64
+	lastAt     time.Time
+	samples    []metrics.Sample
+}
+
+// The runtime metrics gcPace reads after each collection.
+var gcPaceMetrics = []string{
+	"/gc/heap/live:bytes",
+	"/gc/scan/stack:bytes",
+	"/gc/scan/globals:bytes",
+	"/gc/heap/allocs:bytes",
+}
+
+// startGCPace paces the collector, granting at most most bytes of
+// headroom, until stop is called, which gives GOGC back its value. A most
+// of 0, or GOGC=off, leaves the collector alone.
+func startGCPace(most uint64) (stop func()) {
+	base := debug.SetGCPercent(100)
+	debug.SetGCPercent(base)
+	if limit := debug.SetMemoryLimit(-1); limit > 0 && limit < math.MaxInt64 {
+		most = min(most, uint64(limit)/4)
+	}
+	if most == 0 || base < 0 {
+		return func() {}
+	}
+	g := &gcPace{most: most, base: base, set: base}
+	for _, name := range gcPaceMetrics {
+		g.samples = append(g.samples, metrics.Sample{Name: name})
+	}
+	g.mu.Lock()
+	g.arm()
+	g.mu.Unlock()
+	return g.stop
+}
+
+// arm asks the runtime to call collected after the next collection: a
+// cleanup runs once its object is found unreachable, and the sentinel is
+// unreachable from the start. The sentinel is not tiny, so that no other
+// object shares its block and keeps it alive. Called with mu held.
+func (g *gcPace) arm() {
+	sentinel := new([64]byte)
+	runtime.AddCleanup(sentinel, func(g *gcPace) { g.collected() }, g)
+}
+
+// collected runs after each collection, on the runtime's cleanup
+// goroutine: it sets GOGC for the next one and arms itself again.
+func (g *gcPace) collected() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	now := time.Now()
+	metrics.Read(g.samples)
+	live := g.samples[0].Value.Uint64()
+	roots := g.samples[1].Value.Uint64() + g.samples[2].Value.Uint64()
+	allocs := g.samples[3].Value.Uint64()
+	var headroom uint64
+	if !g.lastAt.IsZero() {
+		headroom = headroomFor(allocs-g.lastAllocs, now.Sub(g.lastAt), g.most)
+	}
+	g.lastAllocs, g.lastAt = allocs, now
+	if pct := gcPercentFor(headroom, live, roots, g.base); pct != g.set {
+		debug.SetGCPercent(pct)
+		g.set = pct
+	}
+	g.arm()
+}
+
+func (g *gcPace) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	g.stopped = true
+	debug.SetGCPercent(g.base)
+}
+
+// headroomFor returns the headroom for a process that allocated allocated
+// bytes in elapsed: what it allocates in gcEvery, at most most.
+func headroomFor(allocated uint64, elapsed time.Duration, most uint64) uint64 {
+	if elapsed <= 0 {
+		return most
+	}
+	perEvery := float64(allocated) * float64(gcEvery) / float64(elapsed)
+	if perEvery >= float64(most) {
+		return most
+	}
+	return uint64(perEvery)
+}
+
+// gcPercentFor returns the GOGC that lets the heap grow by headroom bytes
+// over its live ones before the next collection, and never below base.
+// Go's pacer sets the goal at live + (live + roots) × GOGC / 100, roots
+// being the goroutine stacks and globals it scans.
+func gcPercentFor(headroom, live, roots uint64, base int) int {
+	if live+roots == 0 {
+		return base
+	}
+	need := (headroom*100 + live + roots - 1) / (live + roots)
+	if need > math.MaxInt32 {
+		need = math.MaxInt32
+	}
+	return max(base, int(need))
+}
