@@ -27,15 +27,17 @@ const defaultGCHeadroom = 1 << 30
 // busy partitions' garbage (several times their payload: Raft's encoding,
 // bolt's pages, the followers' decoding) triggered a collection several
 // times a second, and the collector took 35–45 % of a busy node's CPU;
-// the busy partitions then made 60–65 % of their throughput alone.
-// Collecting about once a second took that back to 90 %. A fixed larger
+// the busy partitions then made 60–75 % of their throughput alone.
+// Collecting about once a second lifted that to 86–92 %. A fixed larger
 // GOGC or a fixed heap floor would do the same at a price paid always:
 // an idle node holding garbage it has no need to leave, a restarted node
 // (whose log scan makes its live heap a GB) at four times that. Paced by
 // its allocation rate, an idle node's heap stays where Go puts it, and
 // the memory goes to the busy node that buys CPU with it. The memory
 // limit (GOMEMLIMIT) still applies over all of it, and bounds the
-// headroom to a quarter of itself.
+// headroom to a quarter of itself. A killed node pays for the memory it
+// held: the kernel unmaps it before the node's sockets close, about 25 ms
+// a GB, and only then do its peers see it gone.
 type gcPace struct {
 	most uint64 // headroom granted at most
 	base int    // GOGC when the pacing started
