@@ -23,21 +23,22 @@ const defaultGCHeadroom = 1 << 30
 //
 // Why a node wants it: a node of many idle partitions has thousands of
 // goroutines, most of them its idle Raft groups', whose stacks every
-// collection marks, and a live heap of a few hundred MB. At GOGC 100 the
+// collection marks. At GOGC 100 its live heap of about 100 MB let the
 // busy partitions' garbage (several times their payload: Raft's encoding,
-// bolt's pages, the followers' decoding) triggered a collection several
+// bolt's pages, the followers' decoding) trigger collections several
 // times a second, and the collector took 35–45 % of a busy node's CPU;
-// the busy partitions then made 60–75 % of their throughput alone.
-// Collecting about once a second lifted that to 86–92 %. A fixed larger
-// GOGC or a fixed heap floor would do the same at a price paid always:
-// an idle node holding garbage it has no need to leave, a restarted node
-// (whose log scan makes its live heap a GB) at four times that. Paced by
-// its allocation rate, an idle node's heap stays where Go puts it, and
-// the memory goes to the busy node that buys CPU with it. The memory
-// limit (GOMEMLIMIT) still applies over all of it, and bounds the
-// headroom to a quarter of itself. A killed node pays for the memory it
-// held: the kernel unmaps it before the node's sockets close, about 25 ms
-// a GB, and only then do its peers see it gone.
+// the busy partitions then made 60–75 % of their throughput alone. A
+// headroom of up to a GiB lifted that to 86–92 %. A fixed larger GOGC or
+// a fixed heap floor would do the same at a price paid always: an idle
+// node holding garbage it has no need to keep, a restarted node (a GB or
+// more after the scan of its logs) at several times that. Paced by its
+// allocation rate, an idle node's heap goes back to where Go puts it at
+// its next collection (two minutes at the latest), and the memory goes to
+// the busy node that buys CPU with it. The memory limit (GOMEMLIMIT)
+// still applies over all of it, and bounds the headroom to a quarter of
+// itself. A killed node pays for the memory it held: the kernel unmaps it
+// before the node's sockets close, about 25 ms a GB here, and only then
+// do its peers see it gone.
 type gcPace struct {
 	most uint64 // headroom granted at most
 	base int    // GOGC when the pacing started
@@ -62,13 +63,25 @@ var gcPaceMetrics = []string{
 // headroom, until stop is called, which gives GOGC back its value. A most
 // of 0, or GOGC=off, leaves the collector alone.
 func startGCPace(most uint64) (stop func()) {
-	base := debug.SetGCPercent(100)
-	debug.SetGCPercent(base)
-	if limit := debug.SetMemoryLimit(-1); limit > 0 && limit < math.MaxInt64 {
-		most = min(most, uint64(limit)/4)
-	}
-	if most == 0 || base < 0 {
+	g := newGCPace(most)
+	if g == nil {
 		return func() {}
+	}
+	return g.stop
+}
+
+// newGCPace starts pacing the collector, or returns nil when most is 0 or
+// GOGC is off.
+func newGCPace(most uint64) *gcPace {
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(gogc)
+	if gogc[0].Value.Uint64() > math.MaxInt32 { // GOGC=off
+		return nil
+	}
+	base := int(gogc[0].Value.Uint64())
+	most = mostFor(most, debug.SetMemoryLimit(-1))
+	if most == 0 {
+		return nil
 	}
 	g := &gcPace{most: most, base: base, set: base}
 	for _, name := range gcPaceMetrics {
@@ -77,7 +90,7 @@ func startGCPace(most uint64) (stop func()) {
 	g.mu.Lock()
 	g.arm()
 	g.mu.Unlock()
-	return g.stop
+	return g
 }
 
 // arm asks the runtime to call collected after the next collection: a
@@ -97,21 +110,27 @@ func (g *gcPace) collected() {
 	if g.stopped {
 		return
 	}
-	now := time.Now()
 	metrics.Read(g.samples)
 	live := g.samples[0].Value.Uint64()
 	roots := g.samples[1].Value.Uint64() + g.samples[2].Value.Uint64()
 	allocs := g.samples[3].Value.Uint64()
+	if pct := g.next(time.Now(), allocs, live, roots); pct != g.set {
+		debug.SetGCPercent(pct)
+		g.set = pct
+	}
+	g.arm()
+}
+
+// next returns GOGC for the next collection, given the time of this one,
+// the bytes allocated since the start, and the live and root bytes this
+// one found. Called with mu held.
+func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
 	var headroom uint64
 	if !g.lastAt.IsZero() {
 		headroom = headroomFor(allocs-g.lastAllocs, now.Sub(g.lastAt), g.most)
 	}
 	g.lastAllocs, g.lastAt = allocs, now
-	if pct := gcPercentFor(headroom, live, roots, g.base); pct != g.set {
-		debug.SetGCPercent(pct)
-		g.set = pct
-	}
-	g.arm()
+	return gcPercentFor(headroom, live, roots, g.base)
 }
 
 func (g *gcPace) stop() {
@@ -122,6 +141,15 @@ func (g *gcPace) stop() {
 	}
 	g.stopped = true
 	debug.SetGCPercent(g.base)
+}
+
+// mostFor returns the headroom granted at most: most, and no more than a
+// quarter of the memory limit when one is set (math.MaxInt64 is none).
+func mostFor(most uint64, limit int64) uint64 {
+	if limit > 0 && limit < math.MaxInt64 {
+		return min(most, uint64(limit)/4)
+	}
+	return most
 }
 
 // headroomFor returns the headroom for a process that allocated allocated
@@ -137,17 +165,21 @@ func headroomFor(allocated uint64, elapsed time.Duration, most uint64) uint64 {
 	return uint64(perEvery)
 }
 
+// heapMinimum is the runtime's least heap goal at GOGC 100; it scales
+// with GOGC.
+const heapMinimum = 4 << 20
+
 // gcPercentFor returns the GOGC that lets the heap grow by headroom bytes
 // over its live ones before the next collection, and never below base.
 // Go's pacer sets the goal at live + (live + roots) × GOGC / 100, roots
-// being the goroutine stacks and globals it scans.
+// being the goroutine stacks and globals it scans, and never below
+// heapMinimum × GOGC / 100: on a small heap that floor, not the formula,
+// bounds the GOGC that keeps the goal within live + headroom.
 func gcPercentFor(headroom, live, roots uint64, base int) int {
 	if live+roots == 0 {
 		return base
 	}
 	need := (headroom*100 + live + roots - 1) / (live + roots)
-	if need > math.MaxInt32 {
-		need = math.MaxInt32
-	}
+	need = min(need, (live+headroom)*100/heapMinimum, math.MaxInt32)
 	return max(base, int(need))
 }

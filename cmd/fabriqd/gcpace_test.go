@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -35,72 +36,116 @@ func TestGCPercentForGrantsTheHeadroomOnly(t *testing.T) {
 		base, want            int
 	}{
 		{"a small heap gets the headroom", 600 * mib, 80 * mib, 40 * mib, 100, 500},
-		{"rounded up, never short of it", 100, 3, 0, 100, 3334},
+		{"rounded up, never short of it", 100*mib + 1, 30 * mib, 0, 100, 334},
 		{"GOGC grants more already", 100 * mib, 300 * mib, 8 * mib, 100, 100},
 		{"idle: GOGC as set", 0, 80 * mib, 40 * mib, 100, 100},
 		{"a higher GOGC is kept", 600 * mib, 80 * mib, 40 * mib, 800, 800},
 		{"nothing measured yet", 600 * mib, 0, 0, 100, 100},
+		{"a tiny heap: the runtime's least goal bounds it", 64 * mib, 68 << 10, 0, 100, 1601},
 	} {
 		got := gcPercentFor(c.headroom, c.live, c.roots, c.base)
 		if got != c.want {
 			t.Errorf("%s: gcPercentFor(%d, %d, %d, %d) = %d, want %d", c.name, c.headroom, c.live, c.roots, c.base, got, c.want)
 		}
-		if granted := (c.live + c.roots) * uint64(got) / 100; granted < c.headroom && c.live+c.roots > 0 {
-			t.Errorf("%s: GOGC %d grants %d, short of %d", c.name, got, granted, c.headroom)
+		if got == c.base || c.live+c.roots == 0 {
+			continue
+		}
+		// The goal Go's pacer sets for this GOGC is the headroom over the
+		// live heap: never short of it but by the least goal's rounding,
+		// never over it but by the formula's.
+		goal := max(heapMinimum*uint64(got)/100, c.live+(c.live+c.roots)*uint64(got)/100)
+		if want := c.live + c.headroom; goal+heapMinimum/100 < want || goal > want+(c.live+c.roots)/100 {
+			t.Errorf("%s: GOGC %d sets the goal at %d, want %d", c.name, got, goal, want)
 		}
 	}
 }
 
-func readGC() (goal, gogc uint64) {
-	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64(), s[1].Value.Uint64()
+func TestGCPaceGrantsTheRateOfTheLastSpell(t *testing.T) {
+	const mib = 1 << 20
+	g := &gcPace{most: 1024 * mib, base: 100}
+	t0 := time.Unix(1_800_000_000, 0)
+	live, roots := uint64(80*mib), uint64(40*mib)
+	for _, step := range []struct {
+		name   string
+		at     time.Duration
+		allocs uint64
+		want   int
+	}{
+		{"the first collection: no rate yet", 0, 100 * mib, 100},
+		{"busy: 600 MiB in a second", time.Second, 700 * mib, 500},
+		{"busier than the bound", 2 * time.Second, 2700 * mib, 854},
+		{"idle again: 2 MiB in two minutes", 2*time.Second + 2*time.Minute, 2702 * mib, 100},
+	} {
+		if got := g.next(t0.Add(step.at), step.allocs, live, roots); got != step.want {
+			t.Errorf("%s: GOGC %d, want %d", step.name, got, step.want)
+		}
+	}
 }
 
-// A process that allocates fast is let to collect about once a second, up
-// to the bound; stopped, the pacing gives the collector back its GOGC.
+func TestGCPaceHeadroomIsAQuarterOfTheMemoryLimitAtMost(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		limit      int64
+		most, want uint64
+	}{
+		{math.MaxInt64, 1024 * mib, 1024 * mib}, // no limit
+		{1024 * mib, 1024 * mib, 256 * mib},
+		{8192 * mib, 1024 * mib, 1024 * mib},
+	} {
+		if got := mostFor(c.most, c.limit); got != c.want {
+			t.Errorf("mostFor(%d, limit %d) = %d, want %d", c.most, c.limit, got, c.want)
+		}
+	}
+}
+
+func readGC() (goal, live, gogc uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()
+}
+
+// A process that allocates fast has its GOGC raised by the pacing, to
+// what the pacing computed from the rate (TestGCPaceGrantsTheRateOfTheLastSpell
+// and TestGCPercentForGrantsTheHeadroomOnly check those figures); stopped,
+// the pacing gives the collector back its GOGC.
 func TestGCPaceGrantsABusyProcessItsHeadroom(t *testing.T) {
 	const most = 64 << 20
 	base := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(base)
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(limit)
 
-	stop := startGCPace(most)
-	defer stop()
+	g := newGCPace(most)
+	defer g.stop()
 	// Allocating as fast as a loop can (GB a second), each MiB garbage at
-	// once: the second collection sees the rate and sets the goal. Go's
-	// own pacing keeps the goal at a few MB for the first GBs.
+	// once: the collections it sets off see the rate, and the pacing
+	// raises GOGC from the second on. The loop is bounded in time, not in
+	// bytes: the pacing runs on the runtime's cleanup goroutine, which on
+	// one processor waits for the loop's preemption.
 	var sink []byte
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		sink = make([]byte, 1<<20)
 		sink[0] = 1
-		if goal, _ := readGC(); goal >= most {
+		g.mu.Lock()
+		_, _, gogc := readGC()
+		set := g.set
+		g.mu.Unlock()
+		if gogc != uint64(set) {
+			t.Fatalf("the runtime's GOGC is %d, the pacing set %d", gogc, set)
+		}
+		if gogc > 100 {
 			break
 		}
-		if i == 8*most>>20 {
-			goal, gogc := readGC()
-			t.Fatalf("after %d MiB of garbage the heap goal is %d (GOGC %d); want %d at least", i, goal, gogc, most)
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s of allocation GOGC is still %d", gogc)
 		}
 	}
 	runtime.KeepAlive(sink)
 
-	stop()
+	g.stop()
 	runtime.GC()
-	if goal, gogc := readGC(); goal >= most || gogc != 100 {
-		t.Fatalf("after stop: heap goal %d, GOGC %d; want the runtime's own", goal, gogc)
-	}
-}
-
-func TestGCPaceOffLeavesTheCollectorAlone(t *testing.T) {
-	base := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(base)
-	defer startGCPace(0)()
-	var sink []byte
-	for range 512 {
-		sink = make([]byte, 1<<20)
-	}
-	runtime.KeepAlive(sink)
-	runtime.GC()
-	if goal, gogc := readGC(); gogc != 100 || goal >= 64<<20 {
-		t.Fatalf("pacing off changed the collector: GOGC %d, goal %d", gogc, goal)
+	if goal, live, gogc := readGC(); goal >= live+most/2 || gogc != 100 {
+		t.Fatalf("after stop: heap goal %d over %d live bytes, GOGC %d; want the runtime's own", goal, live, gogc)
 	}
 }
