@@ -2,10 +2,8 @@ package main
 
 import (
 	"math"
-	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 	"time"
 )
 
@@ -17,9 +15,9 @@ const gcEvery = time.Second
 const defaultGCHeadroom = 1 << 30
 
 // gcPace lets a busy process's garbage build up to what it allocates in
-// gcEvery, up to a bound, before the collector runs. After each collection
-// it sets GOGC for the next one from the allocation rate since the one
-// before, never below GOGC as it was.
+// gcEvery, up to a bound, before the collector runs. Each gcEvery it sets
+// GOGC from the allocation rate since the last time and the live heap the
+// last collection found, never below GOGC as it was.
 //
 // Why a node wants it: a node of many idle partitions has thousands of
 // goroutines, most of them its idle Raft groups', whose stacks every
@@ -32,26 +30,29 @@ const defaultGCHeadroom = 1 << 30
 // a fixed heap floor would do the same at a price paid always: an idle
 // node holding garbage it has no need to keep, a restarted node (a GB or
 // more after the scan of its logs) at several times that. Paced by its
-// allocation rate, an idle node's heap goes back to where Go puts it at
-// its next collection (two minutes at the latest), and the memory goes to
-// the busy node that buys CPU with it. The memory limit (GOMEMLIMIT)
-// still applies over all of it, and bounds the headroom to a quarter of
-// itself. A killed node pays for the memory it held: the kernel unmaps it
+// allocation rate, the goal of a node that goes idle is back where Go
+// puts it within a second (the runtime returns the memory over the
+// following minutes), and the memory goes to the busy node that buys CPU
+// with it. The memory limit (GOMEMLIMIT) still applies over all of it,
+// and bounds the headroom to a quarter of itself. A killed node pays for the memory it held: the kernel unmaps it
 // before the node's sockets close, about 25 ms a GB here, and only then
 // do its peers see it gone.
 type gcPace struct {
 	most uint64 // headroom granted at most
 	base int    // GOGC when the pacing started
 
-	mu         sync.Mutex
-	stopped    bool
+	quit chan struct{}
+	done chan struct{}
+
+	// Owned by run.
 	set        int // GOGC last set
 	lastAllocs uint64
 	lastAt     time.Time
 	samples    []metrics.Sample
 }
 
-// The runtime metrics gcPace reads after each collection.
+// The runtime metrics gcPace reads each gcEvery: the live heap and the
+// roots the last collection found, and the bytes allocated so far.
 var gcPaceMetrics = []string{
 	"/gc/heap/live:bytes",
 	"/gc/scan/stack:bytes",
@@ -83,47 +84,51 @@ func newGCPace(most uint64) *gcPace {
 	if most == 0 {
 		return nil
 	}
-	g := &gcPace{most: most, base: base, set: base}
+	g := &gcPace{most: most, base: base, set: base, quit: make(chan struct{}), done: make(chan struct{})}
 	for _, name := range gcPaceMetrics {
 		g.samples = append(g.samples, metrics.Sample{Name: name})
 	}
-	g.mu.Lock()
-	g.arm()
-	g.mu.Unlock()
+	g.read()
+	go g.run()
 	return g
 }
 
-// arm asks the runtime to call collected after the next collection: a
-// cleanup runs once its object is found unreachable, and the sentinel is
-// unreachable from the start. The sentinel is not tiny, so that no other
-// object shares its block and keeps it alive. Called with mu held.
-func (g *gcPace) arm() {
-	sentinel := new([64]byte)
-	runtime.AddCleanup(sentinel, func(g *gcPace) { g.collected() }, g)
+// run sets GOGC each gcEvery from what the process allocated since the
+// last time, until stop. Paced by the clock rather than by collections, a
+// node that goes idle has its GOGC back within gcEvery: lowered, the goal
+// sets off a collection, and the runtime gives the garbage's memory back
+// to the system. Waiting for the next collection instead would leave an
+// idle node's goal up until the runtime's forced one, two minutes later.
+func (g *gcPace) run() {
+	defer close(g.done)
+	tick := time.NewTicker(gcEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.quit:
+			debug.SetGCPercent(g.base)
+			return
+		case <-tick.C:
+		}
+		if pct := g.read(); pct != g.set {
+			debug.SetGCPercent(pct)
+			g.set = pct
+		}
+	}
 }
 
-// collected runs after each collection, on the runtime's cleanup
-// goroutine: it sets GOGC for the next one and arms itself again.
-func (g *gcPace) collected() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.stopped {
-		return
-	}
+// read reads the runtime's metrics and returns the GOGC they call for.
+func (g *gcPace) read() int {
 	metrics.Read(g.samples)
 	live := g.samples[0].Value.Uint64()
 	roots := g.samples[1].Value.Uint64() + g.samples[2].Value.Uint64()
 	allocs := g.samples[3].Value.Uint64()
-	if pct := g.next(time.Now(), allocs, live, roots); pct != g.set {
-		debug.SetGCPercent(pct)
-		g.set = pct
-	}
-	g.arm()
+	return g.next(time.Now(), allocs, live, roots)
 }
 
-// next returns GOGC for the next collection, given the time of this one,
-// the bytes allocated since the start, and the live and root bytes this
-// one found. Called with mu held.
+// next returns GOGC for the next collection, given the time, the bytes
+// allocated since the start, and the live and root bytes the last
+// collection found.
 func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
 	var headroom uint64
 	if !g.lastAt.IsZero() {
@@ -133,14 +138,11 @@ func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
 	return gcPercentFor(headroom, live, roots, g.base)
 }
 
+// stop ends the pacing and gives GOGC back its value; it returns once
+// done. Called once.
 func (g *gcPace) stop() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.stopped {
-		return
-	}
-	g.stopped = true
-	debug.SetGCPercent(g.base)
+	close(g.quit)
+	<-g.done
 }
 
 // mostFor returns the headroom granted at most: most, and no more than a
