@@ -11,6 +11,10 @@ import (
 // headroom it grants is what the process allocated in this long.
 const gcEvery = time.Second
 
+// gcFreeAfter is how long a process that was busy allocates at the base
+// pace before gcPace returns its free memory to the system.
+const gcFreeAfter = 10 * time.Second
+
 // defaultGCHeadroom is --gc-headroom's default.
 const defaultGCHeadroom = 1 << 30
 
@@ -31,9 +35,9 @@ const defaultGCHeadroom = 1 << 30
 // node holding garbage it has no need to keep, a restarted node (a GB or
 // more after the scan of its logs) at several times that. Paced by its
 // allocation rate, the goal of a node that goes idle is back where Go
-// puts it within a second (the runtime returns the memory over the
-// following minutes), and the memory goes to the busy node that buys CPU
-// with it. The memory limit (GOMEMLIMIT) still applies over all of it,
+// puts it within a second, its memory is returned to the system ten
+// seconds later, and the memory goes to the busy node that buys CPU with
+// it. The memory limit (GOMEMLIMIT) still applies over all of it,
 // and bounds the headroom to a quarter of itself. A killed node pays for the memory it held: the kernel unmaps it
 // before the node's sockets close, about 25 ms a GB here, and only then
 // do its peers see it gone.
@@ -44,8 +48,12 @@ type gcPace struct {
 	quit chan struct{}
 	done chan struct{}
 
+	free func() // returns the heap's free memory to the system
+
 	// Owned by run.
-	set        int // GOGC last set
+	set        int       // GOGC last set
+	raised     bool      // set over base since the last free
+	quietSince time.Time // set to base since, after raised
 	lastAllocs uint64
 	lastAt     time.Time
 	samples    []metrics.Sample
@@ -84,7 +92,8 @@ func newGCPace(most uint64) *gcPace {
 	if most == 0 {
 		return nil
 	}
-	g := &gcPace{most: most, base: base, set: base, quit: make(chan struct{}), done: make(chan struct{})}
+	g := &gcPace{most: most, base: base, set: base, free: debug.FreeOSMemory,
+		quit: make(chan struct{}), done: make(chan struct{})}
 	for _, name := range gcPaceMetrics {
 		g.samples = append(g.samples, metrics.Sample{Name: name})
 	}
@@ -110,11 +119,35 @@ func (g *gcPace) run() {
 			return
 		case <-tick.C:
 		}
-		if pct := g.read(); pct != g.set {
+		pct := g.read()
+		if pct != g.set {
 			debug.SetGCPercent(pct)
 			g.set = pct
 		}
+		if g.quiet(time.Now(), pct) {
+			g.free()
+		}
 	}
+}
+
+// quiet reports whether the process has now allocated at the base pace
+// for gcFreeAfter since it last had a raised GOGC: then the memory its
+// garbage took is freed at once, rather than at the runtime's scavenging
+// pace (which took minutes for a GB here). Once for each busy spell, so
+// that a process whose sends come in bursts does not pay a collection and
+// the page faults that follow at every pause.
+func (g *gcPace) quiet(now time.Time, pct int) bool {
+	switch {
+	case pct > g.base:
+		g.raised, g.quietSince = true, time.Time{}
+	case !g.raised:
+	case g.quietSince.IsZero():
+		g.quietSince = now
+	case now.Sub(g.quietSince) >= gcFreeAfter:
+		g.raised = false
+		return true
+	}
+	return false
 }
 
 // read reads the runtime's metrics and returns the GOGC they call for.

@@ -82,6 +82,37 @@ func TestGCPaceGrantsTheRateOfTheLastSpell(t *testing.T) {
 	}
 }
 
+// A busy spell's memory is freed once, after gcFreeAfter at the base
+// pace, and not at each pause shorter than that.
+func TestGCPaceFreesMemoryOnceQuietAfterABusySpell(t *testing.T) {
+	g := &gcPace{base: 100}
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, step := range []struct {
+		name string
+		at   time.Duration
+		pct  int
+		want bool
+	}{
+		{"idle from the start: nothing to free", 0, 100, false},
+		{"idle for long: still nothing", time.Minute, 100, false},
+		{"busy", time.Minute + time.Second, 800, false},
+		{"a pause", time.Minute + 2*time.Second, 100, false},
+		{"busy again before gcFreeAfter", time.Minute + 2*time.Second + gcFreeAfter - time.Second, 500, false},
+		{"quiet", 2 * time.Minute, 100, false},
+		{"quiet, not yet gcFreeAfter", 2*time.Minute + gcFreeAfter - time.Second, 100, false},
+		{"quiet for gcFreeAfter: free", 2*time.Minute + gcFreeAfter, 100, true},
+		{"quiet on: freed already", 3 * time.Minute, 100, false},
+		{"busy once more", 4 * time.Minute, 300, false},
+		{"quiet", 5 * time.Minute, 100, false},
+		{"quiet for gcFreeAfter again: free", 5*time.Minute + gcFreeAfter, 100, true},
+	} {
+		if got := g.quiet(at(step.at), step.pct); got != step.want {
+			t.Errorf("%s: quiet = %v, want %v", step.name, got, step.want)
+		}
+	}
+}
+
 func TestGCPaceHeadroomIsAQuarterOfTheMemoryLimitAtMost(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
