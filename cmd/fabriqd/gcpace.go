@@ -104,10 +104,10 @@ func newGCPace(most uint64) *gcPace {
 
 // run sets GOGC each gcEvery from what the process allocated since the
 // last time, until stop. Paced by the clock rather than by collections, a
-// node that goes idle has its GOGC back within gcEvery: lowered, the goal
-// sets off a collection, and the runtime gives the garbage's memory back
-// to the system. Waiting for the next collection instead would leave an
-// idle node's goal up until the runtime's forced one, two minutes later.
+// node that goes idle has its GOGC back within gcEvery (lowered, the goal
+// sets off a collection), and its memory is returned once quiet says so.
+// Waiting for the next collection instead would leave an idle node's goal
+// up until the runtime's forced one, two minutes later.
 func (g *gcPace) run() {
 	defer close(g.done)
 	tick := time.NewTicker(gcEvery)
