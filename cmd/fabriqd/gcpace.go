@@ -48,8 +48,6 @@ type gcPace struct {
 	quit chan struct{}
 	done chan struct{}
 
-	free func() // returns the heap's free memory to the system
-
 	// Owned by run.
 	set        int       // GOGC last set
 	raised     bool      // set over base since the last free
@@ -92,12 +90,11 @@ func newGCPace(most uint64) *gcPace {
 	if most == 0 {
 		return nil
 	}
-	g := &gcPace{most: most, base: base, set: base, free: debug.FreeOSMemory,
-		quit: make(chan struct{}), done: make(chan struct{})}
+	g := &gcPace{most: most, base: base, set: base, quit: make(chan struct{}), done: make(chan struct{})}
 	for _, name := range gcPaceMetrics {
 		g.samples = append(g.samples, metrics.Sample{Name: name})
 	}
-	g.read()
+	g.read(time.Now())
 	go g.run()
 	return g
 }
@@ -119,13 +116,14 @@ func (g *gcPace) run() {
 			return
 		case <-tick.C:
 		}
-		pct := g.read()
+		now := time.Now()
+		pct := g.read(now)
 		if pct != g.set {
 			debug.SetGCPercent(pct)
 			g.set = pct
 		}
-		if g.quiet(time.Now(), pct) {
-			g.free()
+		if g.quiet(now, pct) {
+			debug.FreeOSMemory()
 		}
 	}
 }
@@ -150,13 +148,14 @@ func (g *gcPace) quiet(now time.Time, pct int) bool {
 	return false
 }
 
-// read reads the runtime's metrics and returns the GOGC they call for.
-func (g *gcPace) read() int {
+// read reads the runtime's metrics at now and returns the GOGC they call
+// for.
+func (g *gcPace) read(now time.Time) int {
 	metrics.Read(g.samples)
 	live := g.samples[0].Value.Uint64()
 	roots := g.samples[1].Value.Uint64() + g.samples[2].Value.Uint64()
 	allocs := g.samples[3].Value.Uint64()
-	return g.next(time.Now(), allocs, live, roots)
+	return g.next(now, allocs, live, roots)
 }
 
 // next returns GOGC for the next collection, given the time, the bytes
