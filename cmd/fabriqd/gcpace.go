@@ -30,17 +30,18 @@ const defaultGCHeadroom = 1 << 30
 // bolt's pages, the followers' decoding) trigger collections several
 // times a second, and the collector took 35–45 % of a busy node's CPU;
 // the busy partitions then made 60–75 % of their throughput alone. A
-// headroom of up to a GiB lifted that to 86–92 %. A fixed larger GOGC or
-// a fixed heap floor would do the same at a price paid always: an idle
-// node holding garbage it has no need to keep, a restarted node (a GB or
-// more after the scan of its logs) at several times that. Paced by its
-// allocation rate, the goal of a node that goes idle is back where Go
-// puts it within a second, its memory is returned to the system ten
-// seconds later, and the memory goes to the busy node that buys CPU with
-// it. The memory limit (GOMEMLIMIT) still applies over all of it,
-// and bounds the headroom to a quarter of itself. A killed node pays for the memory it held: the kernel unmaps it
-// before the node's sockets close, about 25 ms a GB here, and only then
-// do its peers see it gone.
+// headroom of up to a GiB lifted that to 82–91 % (BENCHMARKS.md). A fixed
+// larger GOGC or a fixed heap floor would do the same at a price paid
+// always: an idle node holding garbage it has no need to keep, a
+// restarted node (a GB or more after the scan of its logs) at several
+// times that. Paced by its allocation rate, the goal of a node that goes
+// idle is back where Go puts it within a second, its memory is returned
+// to the system ten seconds later, and the memory goes to the busy node
+// that buys CPU with it. The memory limit (GOMEMLIMIT) still applies over
+// all of it, and bounds the headroom to a quarter of itself. A killed
+// node pays for the memory it held: the kernel unmaps it before the
+// node's sockets close, about 25 ms a GB here, and only then do its peers
+// see it gone.
 type gcPace struct {
 	most uint64 // headroom granted at most
 	base int    // GOGC when the pacing started
@@ -66,19 +67,9 @@ var gcPaceMetrics = []string{
 	"/gc/heap/allocs:bytes",
 }
 
-// startGCPace paces the collector, granting at most most bytes of
-// headroom, until stop is called, which gives GOGC back its value. A most
-// of 0, or GOGC=off, leaves the collector alone.
-func startGCPace(most uint64) (stop func()) {
-	g := newGCPace(most)
-	if g == nil {
-		return func() {}
-	}
-	return g.stop
-}
-
-// newGCPace starts pacing the collector, or returns nil when most is 0 or
-// GOGC is off.
+// newGCPace paces the collector, granting at most most bytes of headroom,
+// until stop, which gives GOGC back its value. It returns nil, leaving
+// the collector alone, when most is 0 or GOGC is off.
 func newGCPace(most uint64) *gcPace {
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(gogc)
@@ -94,7 +85,7 @@ func newGCPace(most uint64) *gcPace {
 	for _, name := range gcPaceMetrics {
 		g.samples = append(g.samples, metrics.Sample{Name: name})
 	}
-	g.read(time.Now())
+	g.read(time.Now()) // the first reading of the allocation rate
 	go g.run()
 	return g
 }

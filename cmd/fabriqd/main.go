@@ -174,7 +174,9 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 	}
 	logger := slog.New(handler)
 	if o.gcHeadroom > 0 {
-		defer startGCPace(uint64(o.gcHeadroom))()
+		if g := newGCPace(uint64(o.gcHeadroom)); g != nil {
+			defer g.stop()
+		}
 	}
 	var gossipKeys [][]byte
 	if o.gossipKeyFile != "" {
