@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
 
@@ -46,8 +47,9 @@ type gcPace struct {
 	most uint64 // headroom granted at most
 	base int    // GOGC when the pacing started
 
-	quit chan struct{}
-	done chan struct{}
+	quit     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 
 	// Owned by run.
 	set        int       // GOGC last set
@@ -162,9 +164,9 @@ func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
 }
 
 // stop ends the pacing and gives GOGC back its value; it returns once
-// done. Called once.
+// done, and may be called again.
 func (g *gcPace) stop() {
-	close(g.quit)
+	g.stopOnce.Do(func() { close(g.quit) })
 	<-g.done
 }
 

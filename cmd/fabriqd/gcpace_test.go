@@ -173,6 +173,7 @@ func TestGCPaceGrantsABusyProcessItsHeadroom(t *testing.T) {
 	defer debug.SetMemoryLimit(limit)
 
 	g := newGCPace(most)
+	defer g.stop() // on a failure before the stop below
 	raised := func(gogc uint64) bool { return gogc > 100 }
 	untilGOGC(t, true, "over 100 while busy", raised)
 	// Idle, no collection comes: the next reading lowers GOGC all the same.
