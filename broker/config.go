@@ -112,8 +112,9 @@ type Config struct {
 	// RaftSnapshots tunes when every Raft group of the node compacts its
 	// log; zero fields take hashicorp/raft's defaults through
 	// cluster.DefaultGroupConfig. Between compactions a group's Raft log
-	// holds up to SnapshotThreshold+TrailingLogs entries on disk beside
-	// the partition's log, whatever its retention.
+	// holds up to TrailingLogs entries, and what it stored since its last
+	// snapshot (fewer than SnapshotThreshold entries and Bytes bytes), on
+	// disk beside the partition's log, whatever its retention.
 	RaftSnapshots RaftSnapshots
 	// Subscriptions tunes subscriptions; zero fields take their defaults.
 	Subscriptions SubscriptionLimits
@@ -148,6 +149,11 @@ type RaftSnapshots struct {
 	// TrailingLogs is how many entries a compaction keeps, for followers
 	// slightly behind. Default 10240.
 	TrailingLogs uint64
+	// Bytes is how many bytes of entries stored since a group's last
+	// snapshot make it snapshot, whatever their count: a group reads
+	// them all when its node opens it. Default
+	// cluster.DefaultSnapshotBytes (16 MiB); negative: by count only.
+	Bytes int64
 }
 
 // SubscriptionLimits tune how subscriptions dispatch (SEMANTICS.md).

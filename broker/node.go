@@ -330,6 +330,9 @@ func (n *Node) groupConfig(id, dir string, fsm raft.FSM, expand cluster.ExpandFu
 	if t := n.cfg.RaftSnapshots; t.TrailingLogs > 0 {
 		cfg.TrailingLogs = t.TrailingLogs
 	}
+	if t := n.cfg.RaftSnapshots; t.Bytes != 0 {
+		cfg.SnapshotBytes = t.Bytes
+	}
 	cfg.FSM = fsm
 	cfg.Expand = expand
 	return cfg

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -66,6 +67,10 @@ type Group struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// snapping is set while a snapshot that snapshotGrown asked for is
+	// under way.
+	snapping atomic.Bool
 
 	mu       sync.Mutex
 	closed   bool
@@ -164,7 +169,7 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 
 	g.fsm = &configFSM{FSM: cfg.FSM, snaps: g.snaps}
 	g.fsm.fromSnapshots()
-	g.log = &checkedStore{LogStore: g.store, damage: g.damage}
+	g.log = &checkedStore{LogStore: g.store, damage: g.damage, grownLimit: cfg.SnapshotBytes}
 	g.raft, err = raft.NewRaft(cfg.raftConfig(logger), g.fsm, g.log, g.stable, g.snaps, gate)
 	g.damage.opening.Store(false)
 	if derr := g.damage.found(); derr != nil {
@@ -182,6 +187,12 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	}
 	gate.raft.Store(g.raft)
 	g.gate = gate
+	// From here a log grown by SnapshotBytes snapshots. What Raft's scan
+	// read on open counts: the next entry stored asks for the snapshot
+	// (asked now, it would find Raft's FSM with nothing applied since
+	// the start, and fail).
+	grown := g.snapshotGrown
+	g.log.onGrown.Store(&grown)
 
 	g.current = g.readLeadership()
 	g.obs = raft.NewObserver(nil, false, g.observe)
@@ -472,6 +483,40 @@ func (g *Group) Snapshot(ctx context.Context) error {
 		return g.raft.Snapshot()
 	})
 	return err
+}
+
+// snapshotGrown takes a snapshot in the background, unless one it asked
+// for is under way, once the log has grown by SnapshotBytes since the last
+// (checkedStore.grew): Raft's own check counts entries only, every
+// SnapshotInterval. The count starts again from the request, so entries
+// stored meanwhile count towards the next. When the FSM has applied
+// nothing since the group opened there is nothing to snapshot yet: the
+// count is given back, and the next entry stored asks again. Another
+// failure is logged, and the next SnapshotBytes ask again.
+func (g *Group) snapshotGrown() {
+	if !g.snapping.CompareAndSwap(false, true) {
+		return
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		g.snapping.Store(false)
+		return
+	}
+	g.waiters.Add(1) // Close waits for the goroutine below
+	g.mu.Unlock()
+	counted := g.log.grown.Swap(0)
+	go func() {
+		defer g.waiters.Done()
+		defer g.snapping.Store(false)
+		switch err := g.Snapshot(context.Background()); { // bounded by OpTimeout
+		case err == nil, errors.Is(err, ErrClosed):
+		case errors.Is(err, ErrNothingToSnapshot):
+			g.log.grown.Add(counted)
+		default:
+			g.logger.Warn("could not snapshot a log grown past its size threshold", "bytes", g.cfg.SnapshotBytes, "err", err)
+		}
+	}()
 }
 
 // Close stops the group, in this order: new operations are refused with

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -759,5 +760,86 @@ func TestVoteRequestOutlivesAReopenedVoter(t *testing.T) {
 	openTestGroup(t, voter.node, "votes", newTestFSM(filepath.Join(voter.node.dir, "votes-stage-2"), true), slowTimings(20*time.Second))
 	if err := ask(); err != nil {
 		t.Fatalf("a vote request after the voter's group was reopened: %v", err)
+	}
+}
+
+// bigCmds returns n commands of about 4 KiB each.
+func bigCmds(prefix string, n int) []string {
+	out := cmds(prefix, n)
+	for i := range out {
+		out[i] += "-" + strings.Repeat("x", 4<<10)
+	}
+	return out
+}
+
+// TestGroupSnapshotsWhenItsLogGrowsBySnapshotBytes: with Raft's count far
+// away, every member snapshots once the entries it stored since its last
+// snapshot reach SnapshotBytes, and not before.
+func TestGroupSnapshotsWhenItsLogGrowsBySnapshotBytes(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	bySize := func(c *GroupConfig) {
+		c.SnapshotThreshold = 1 << 20 // never by count
+		c.SnapshotBytes = 64 << 10
+	}
+	gs := startGroup(t, nodes, "bysize", bySize)
+	below := bigCmds("a", 10) // 40 KiB
+	applyAll(t, gs, below...)
+	waitEntries(t, gs, below)
+	for _, g := range gs {
+		if metas, err := g.snaps.List(); err != nil || len(metas) != 0 || g.snapping.Load() {
+			t.Fatalf("%s after 40 KiB: snapshots %v (%v), one under way: %v; want none", g.node.id, metas, err, g.snapping.Load())
+		}
+	}
+	above := bigCmds("b", 10) // 80 KiB in all
+	applyAll(t, gs, above...)
+	all := append(slices.Clone(below), above...)
+	waitEntries(t, gs, all)
+	for _, g := range gs {
+		eventually(t, 10*time.Second, g.node.id+" to snapshot its grown log", func() bool {
+			metas, err := g.snaps.List()
+			return err == nil && len(metas) == 1 && metas[0].Index > 0
+		})
+	}
+}
+
+// TestReopenedGroupSnapshotsWhatItRead: a member whose log grew by more
+// than SnapshotBytes while the threshold was off reads all of it when it
+// opens with the threshold on, and snapshots with the next entries it
+// stores rather than SnapshotBytes later.
+func TestReopenedGroupSnapshotsWhatItRead(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "reread", func(c *GroupConfig) {
+		c.SnapshotThreshold = 1 << 20
+		c.SnapshotBytes = -1
+	})
+	first := bigCmds("a", 20) // 80 KiB
+	applyAll(t, gs, first...)
+	waitEntries(t, gs, first)
+	back := gs[2]
+	if err := back.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if metas, err := back.snaps.List(); err != nil || len(metas) != 0 {
+		t.Fatalf("snapshots with the threshold off: %v, %v; want none", metas, err)
+	}
+	fsm := newTestFSM(filepath.Join(back.node.dir, "reread-stage"), true)
+	back = openTestGroup(t, back.node, "reread", fsm, func(c *GroupConfig) {
+		c.SnapshotThreshold = 1 << 20
+		c.SnapshotBytes = 64 << 10
+	})
+	now := []*testGroup{gs[0], gs[1], back}
+	all := first
+	for i := 0; ; i++ {
+		if metas, err := back.snaps.List(); err == nil && len(metas) == 1 {
+			break
+		}
+		if i == 20 {
+			t.Fatal("the reopened member stored 20 small entries and has not snapshotted what it read on open")
+		}
+		c := fmt.Sprintf("small-%02d", i)
+		applyAll(t, now, c)
+		all = append(all, c)
+		waitEntries(t, now, all)
+		eventually(t, 10*time.Second, "the snapshot asked for to end", func() bool { return !back.snapping.Load() })
 	}
 }

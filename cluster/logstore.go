@@ -116,6 +116,14 @@ type checkedStore struct {
 	firstIdx uint64
 	first    *raft.Log
 	firstGen uint64
+
+	// grown counts the bytes of entry data stored since the group last
+	// asked for a snapshot of its own, and those read while the group
+	// opens (Raft's scan of what follows its last snapshot). Once it
+	// reaches grownLimit (0: never), grew calls onGrown if set.
+	grown      atomic.Int64
+	grownLimit int64
+	onGrown    atomic.Pointer[func()]
 }
 
 // lastEntryMax is the largest entry data checkedStore keeps in memory:
@@ -230,6 +238,9 @@ func (s *checkedStore) getLog(index uint64, l *raft.Log) (err error) {
 	if err := s.LogStore.GetLog(index, l); err != nil {
 		return err
 	}
+	if s.damage.opening.Load() {
+		s.grew(len(l.Data))
+	}
 	if l.Index != index {
 		return fmt.Errorf("entry %d read where entry %d is kept", l.Index, index)
 	}
@@ -274,7 +285,23 @@ func (s *checkedStore) StoreLogs(logs []*raft.Log) (err error) {
 	if n := len(checked); n > 0 && len(checked[n-1].Data) <= lastEntryMax {
 		s.keepLast(checked[n-1])
 	}
+	size := 0
+	for _, l := range checked {
+		size += len(l.Data)
+	}
+	s.grew(size)
 	return nil
+}
+
+// grew counts n more bytes of entries since the last snapshot asked for,
+// and calls onGrown once they reach grownLimit.
+func (s *checkedStore) grew(n int) {
+	if s.grownLimit <= 0 || s.grown.Add(int64(n)) < s.grownLimit {
+		return
+	}
+	if f := s.onGrown.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // keepLast keeps a copy of l as the newest entry stored; nil keeps none.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fabriq-io/fabriq/auth"
 	"github.com/fabriq-io/fabriq/broker"
+	"github.com/fabriq-io/fabriq/cluster"
 	"github.com/fabriq-io/fabriq/tlsconfig"
 )
 
@@ -65,6 +66,7 @@ type options struct {
 	autoFabrics     bool
 	raftHeartbeat   time.Duration
 	raftSnapshots   broker.RaftSnapshots
+	raftSnapBytes   sizeOrOff
 	subs            broker.SubscriptionLimits
 	limits          broker.ClientLimits
 	logLevel        string
@@ -130,6 +132,8 @@ own. Stop it with SIGINT or SIGTERM.`,
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 2*time.Second, "Raft heartbeat timeout of every group, and each leader's lease: a leader whose host is lost is noticed within one to two of these (a leader whose process died, within a fraction of a second); a leader cut off from a majority steps down after one; a failed election is retried after two to four times as long, at least 2 s")
 	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
+	o.raftSnapBytes = cluster.DefaultSnapshotBytes
+	f.Var(&o.raftSnapBytes, "raft-snapshot-bytes", "bytes of entries stored since a Raft group's last snapshot that make it snapshot and compact its log at once, whatever their count: a node that opens a group (at each start) reads every entry after its last snapshot (off: by count only, --raft-snapshot-threshold)")
 	f.Uint64Var(&o.raftSnapshots.TrailingLogs, "raft-trailing-logs", 10240, "entries a Raft group keeps after a compaction, for followers slightly behind")
 	f.BoolVar(&o.autoCreate, "auto-create", true, "create a stream on the first produce or subscribe to it, with its fabric's defaults (--auto-create=false: refuse with StreamNotFound)")
 	f.BoolVar(&o.autoFabrics, "auto-create-fabrics", false, "also create a missing tenant and fabric when a stream is created in them (without it only the tenant public gets new fabrics that way)")
@@ -215,6 +219,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		defer ln.Close()
 		o.httpAddr = ln.Addr().String()
 	}
+	o.raftSnapshots.Bytes = int64(o.raftSnapBytes)
 	node, err := broker.NewNode(broker.Config{
 		NodeID:            o.nodeID,
 		DataDir:           o.dataDir,
