@@ -749,8 +749,7 @@ func TestVoteRequestOutlivesAReopenedVoter(t *testing.T) {
 		var resp raft.RequestVoteResponse
 		return asker.gate.RequestVote(raft.ServerID(voter.node.id), raft.ServerAddress(voter.node.addr()), req, &resp)
 	}
-	// The answer (refused: the voter knows its leader) leaves the
-	// connection in the asker's pool.
+	// The answer: refused, the voter knows its leader.
 	if err := ask(); err != nil {
 		t.Fatal(err)
 	}
@@ -761,6 +760,43 @@ func TestVoteRequestOutlivesAReopenedVoter(t *testing.T) {
 	if err := ask(); err != nil {
 		t.Fatalf("a vote request after the voter's group was reopened: %v", err)
 	}
+}
+
+// layerConns counts the connections l holds open, dialled and accepted.
+func layerConns(l *Layer) (dialed, accepted int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns) - l.accepted, l.accepted
+}
+
+// TestVoteRequestsLeaveNoConnectionOpen: a vote or pre-vote request's
+// connection closes with its answer, at both ends, so that an election
+// leaves neither the candidate's writer nor the voter's reader behind
+// (256 KiB each, NetworkTransport's) for as long as the group is idle.
+func TestVoteRequestsLeaveNoConnectionOpen(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	gs := startGroup(t, nodes, "oneshot", slowTimings(20*time.Second))
+	leader := waitLeader(t, gs)
+	asker, voter := others(gs, leader)[0], others(gs, leader)[1]
+	askerDialed, _ := layerConns(asker.layer)
+	_, voterAccepted := layerConns(voter.layer)
+	to, addr := raft.ServerID(voter.node.id), raft.ServerAddress(voter.node.addr())
+	var vote raft.RequestVoteResponse
+	if err := asker.gate.RequestVote(to, addr, &raft.RequestVoteRequest{RPCHeader: asker.gate.header(), Term: asker.Term()}, &vote); err != nil {
+		t.Fatal(err)
+	}
+	var pre raft.RequestPreVoteResponse
+	if err := asker.gate.RequestPreVote(to, addr, &raft.RequestPreVoteRequest{RPCHeader: asker.gate.header(), Term: asker.Term() + 1}, &pre); err != nil {
+		t.Fatal(err)
+	}
+	if vote.Granted || pre.Granted || vote.Term != asker.Term() {
+		t.Fatalf("a voter that knows its leader answered vote %+v, pre-vote %+v", vote, pre)
+	}
+	eventually(t, 5*time.Second, "the requests' connections to close at both ends", func() bool {
+		d, _ := layerConns(asker.layer)
+		_, a := layerConns(voter.layer)
+		return d == askerDialed && a == voterAccepted
+	})
 }
 
 // bigCmds returns n commands of about 4 KiB each.

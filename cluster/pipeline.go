@@ -70,14 +70,13 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 
 // idled runs when one of this leader's pipelines closed for idleness:
 // the group's other connections go too. NetworkTransport pools the
-// connections of its requests (votes, appends one at a time, TimeoutNow)
-// and never closes them, each with 256 KiB at the other end: the votes of
-// the elections after a restart left about one per member of every group,
-// a thousand on a node (BENCHMARKS.md). CloseStreams closes the pooled
+// connections of its appends sent one at a time, and never closes them,
+// each with 256 KiB at the other end (votes, pre-votes and TimeoutNow go
+// on connections of their own, oneshot.go). CloseStreams closes the pooled
 // ones, a request under way keeps its own, and the next request dials. It
 // also ends the connections this member accepted, each after its next
-// request: their senders' next request on them fails at once, which
-// votes retry (retryStale) and appends back off from.
+// request: their senders' next request on them fails at once, and appends
+// back off from it.
 func (g *voteGate) idled() { g.NetworkTransport.CloseStreams() }
 
 // catchUpFlag returns the flag that makes the next idle append to

@@ -6,7 +6,6 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -197,41 +196,13 @@ func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args
 	}
 	addr, legacy := g.to(id, target)
 	if !legacy {
-		return retryStale(func() error { return g.NetworkTransport.RequestVote(id, addr, args, resp) })
+		return g.oneShot(addr, rpcRequestVote, args, resp)
 	}
 	// Raft sends one request to every peer: each gets its own copy.
 	req := *args
 	//lint:ignore SA1019 the field Raft no longer reads carries the voter's id, for older nodes
 	req.Candidate = []byte(voterPrefix + string(id))
-	return retryStale(func() error { return g.NetworkTransport.RequestVote(id, addr, &req, resp) })
-}
-
-// staleWithin is how fast a request fails on a pooled connection whose
-// other end is gone; a slower failure is a slow or unreachable node.
-const staleWithin = 250 * time.Millisecond
-
-// retryStale runs a vote request again, up to transportMaxPool times,
-// while it fails at once, as on a pooled connection the other side closed
-// (its node restarted, or its member's group was reopened, since the
-// connection was last used). NetworkTransport pools a few connections per
-// member and never checks them before use: an idle group's first vote
-// request after the voter's node restarted got EOF, Raft counted the vote
-// as refused, and the election waited out its timeout (4–6 s to elect an
-// idle partition's successor after a kill, in the 1,000-partition
-// benchmark). A failed connection is not pooled again, so each retry
-// takes the next one or dials. Votes and pre-votes can be asked again: a
-// voter grants its vote in a term to one candidate, again if asked again.
-// So can TimeoutNow (a leadership transfer): a request that failed at
-// once on a connection its other end had closed was not taken. A refused
-// dial and a slow failure are not retried.
-func retryStale(rpc func() error) error {
-	for i := 0; ; i++ {
-		start := time.Now()
-		err := rpc()
-		if err == nil || i == transportMaxPool || errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > staleWithin {
-			return err
-		}
-	}
+	return g.oneShot(addr, rpcRequestVote, &req, resp)
 }
 
 // meantFor reports whether a vote request is meant for this server: one
@@ -256,7 +227,7 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 		return errRetired
 	}
 	addr, _ := g.to(id, target)
-	return retryStale(func() error { return g.NetworkTransport.RequestPreVote(id, addr, args, resp) })
+	return g.oneShot(addr, rpcRequestPreVote, args, resp)
 }
 
 // AppendEntries implements raft.Transport, to the member Raft names. A
@@ -289,7 +260,7 @@ func (g *voteGate) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, 
 // TimeoutNow implements raft.Transport, to the member Raft names.
 func (g *voteGate) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 	addr, _ := g.to(id, target)
-	return retryStale(func() error { return g.NetworkTransport.TimeoutNow(id, addr, args, resp) })
+	return g.oneShot(addr, rpcTimeoutNow, args, resp)
 }
 
 // loop passes RPCs on to Raft, answering the refused ones itself. It ends
