@@ -372,11 +372,11 @@ func (g *voteGate) reload(r *raft.Raft, rc raft.ReloadableConfig) bool {
 // holds, once it has followed quietly for twice pipelineIdleClose: by
 // then its leader has closed its pipelines, and its own connections
 // serve nobody. A leader closes its own when its pipelines close for
-// idleness (idled); a follower's are those of its requests from before
-// (its votes as a candidate, its TimeoutNow when it handed its
-// leadership over, its appends when it led), which NetworkTransport pools
-// and never closes, each with 256 KiB at both ends: after a restart and
-// the leadership balancing that follows, 290 MB of a node's heap. Closing
+// idleness (idled); a follower's are those of its appends from when it
+// led, which NetworkTransport pools and never closes, each with 256 KiB
+// at both ends (its votes and TimeoutNow went on connections of their
+// own, oneshot.go; pooled, they came to 290 MB of a node's heap after a
+// restart and the leadership balancing that follows). Closing
 // them also ends the connections the member accepted, each after its
 // next request, which is why it waits for its leader's pipelines to
 // close first: under a leader whose node is older than ProtocolCatchUp,
