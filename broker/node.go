@@ -1194,16 +1194,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			if err != nil || len(servers) < 2 {
 				return
 			}
-			err = cluster.ErrTransferTried
+			// The pick first, spread over the live nodes; when it cannot
+			// take the leadership (gone, tried this term, its copy not
+			// open yet on a node just restarted), each other voter.
+			preferred := ""
 			if to, ok := spread.pick(g.NodeID(), servers); ok {
-				err = g.TransferLeadershipTo(gctx, to.ID, to.Address)
+				preferred = to.ID
 			}
-			if errors.Is(err, cluster.ErrTransferTried) || errors.Is(err, cluster.ErrUnreachable) {
-				// No pick, or the pick was tried this term or is gone or
-				// silent: any other voter.
-				err = g.TransferLeadership(gctx)
-			}
-			if err != nil {
+			if err := g.HandOver(gctx, preferred); err != nil {
 				n.logger.Warn("leadership transfer failed", "group", g.ID(), "err", err)
 			}
 		}()

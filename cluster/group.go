@@ -418,6 +418,40 @@ func (g *Group) TransferLeadershipTo(ctx context.Context, id, addr string) error
 	return g.transfer(ctx, raft.ServerID(id), raft.ServerAddress(addr))
 }
 
+// HandOver hands leadership to voter preferred ("": none) and waits until
+// it took it; when that fails for a reason other than ctx, it tries each
+// other voter once, in the configuration's order, until one took it. A
+// voter whose node has just restarted may not have opened its copy of
+// the group yet: its node refuses the request (the connection closes), and
+// the next voter takes the leadership at once rather than the group
+// electing one after the leader goes. Leader only; it returns the last
+// error when no voter took it.
+func (g *Group) HandOver(ctx context.Context, preferred string) error {
+	servers, err := g.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	order := make([]Server, 0, len(servers))
+	for _, s := range servers {
+		if s.Voter && s.ID != g.nodeID && s.ID == preferred {
+			order = append(order, s)
+		}
+	}
+	for _, s := range servers {
+		if s.Voter && s.ID != g.nodeID && s.ID != preferred {
+			order = append(order, s)
+		}
+	}
+	err = fmt.Errorf("cluster: group %s: hand over: no other voter", g.id)
+	for _, s := range order {
+		if err = g.TransferLeadershipTo(ctx, s.ID, s.Address); err == nil || ctx.Err() != nil {
+			return err
+		}
+		g.logger.Debug("leadership hand-over failed; trying the next voter", "to", s.ID, "err", err)
+	}
+	return err
+}
+
 // transfer hands leadership to voter id, claimed (claimTransfer). A
 // transfer that did not time out took its catch-up request back, or never
 // sent one: the claim is given back.

@@ -701,6 +701,27 @@ func TestTransferSkipsAGoneVoter(t *testing.T) {
 	waitEntries(t, rest, []string{"behind", "still-leading"})
 }
 
+// A hand-over whose preferred voter has not opened its copy of the group
+// (its node has just restarted, and opens its groups in the background)
+// goes to the next voter: when it returns, that voter leads, and the
+// group did not wait for an election.
+func TestHandOverPassesOverAVoterWithoutItsCopy(t *testing.T) {
+	nodes := quietNodes(t, time.Hour, 5*time.Minute) // awake groups
+	gs := startGroup(t, nodes, "handover", slowTimings(20*time.Second))
+	leader := waitLeader(t, gs)
+	unopened, next := others(gs, leader)[0], others(gs, leader)[1]
+	if err := unopened.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.HandOver(ctxTimeout(t, 10*time.Second), unopened.node.id); err != nil {
+		t.Fatalf("hand-over with the preferred voter's copy closed: %v", err)
+	}
+	// Election timeouts are 20 s: only the transfer can have made it lead.
+	if got := waitLeader(t, []*testGroup{leader, next}); got != next {
+		t.Fatalf("led by %s after the hand-over, want %s", got.node.id, next.node.id)
+	}
+}
+
 // A node whose last heartbeat round failed, with none answered for a
 // while, is no transfer target; one answered lately, one whose round is
 // only slow to be answered, and one this node sends no rounds to, are.
