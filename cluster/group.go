@@ -637,8 +637,12 @@ func (g *Group) do(ctx context.Context, op string, start func(timeout time.Durat
 	}
 	g.waiters.Add(1) // done by await's goroutine; Close waits for it
 	g.mu.Unlock()
-	if op != "configuration" && op != "snapshot" {
-		g.gate.active() // a proposal: a quiet group wakes (reads and snapshots are local)
+	switch op {
+	case "configuration", "snapshot": // local reads and writes
+	case "apply", "barrier":
+		g.gate.proposed() // an entry: a quiet group wakes, and is in use
+	default:
+		g.gate.active() // a proposal: a quiet group wakes
 	}
 	return g.await(ctx, op, start)
 }

@@ -84,9 +84,10 @@ type heartbeats struct {
 	// (idleAppendCatchUpEvery; pipeline.go); tests lengthen it.
 	idleAppendEvery time.Duration
 	// pipelineIdleClose is how long a pipeline to a node that speaks
-	// ProtocolCatchUp stays open with nothing sent (pipeline.go); tests
-	// shorten it.
-	pipelineIdleClose time.Duration
+	// ProtocolCatchUp stays open with nothing sent (pipeline.go), and
+	// pipelineUnusedClose how long when its group has had no proposal for
+	// pipelineInUse; tests change them.
+	pipelineIdleClose, pipelineUnusedClose, pipelineInUse time.Duration
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -270,25 +271,27 @@ func isHeartbeat(a *raft.AppendEntriesRequest) bool {
 
 func newHeartbeats(m *Mux, layer *Layer) *heartbeats {
 	return &heartbeats{
-		mux:               m,
-		layer:             layer,
-		logger:            m.logger.With("component", "raft-heartbeats"),
-		window:            heartbeatWindow,
-		quietAfter:        quietAfter,
-		realEvery:         quietRealEvery,
-		followerTimeout:   quietFollowerTimeout,
-		tickEvery:         quietTick,
-		kick:              make(chan struct{}, 1),
-		idleAppendEvery:   idleAppendCatchUpEvery,
-		pipelineIdleClose: pipelineIdleClose,
-		done:              make(chan struct{}),
-		gates:             make(map[string]*voteGate),
-		peers:             make(map[string]*hbPeer),
-		seen:              make(map[string]time.Time),
-		busy:              make(map[string]int),
-		opens:             make(map[string]time.Time),
-		gone:              make(map[string]goneMark),
-		probing:           make(map[string]time.Time),
+		mux:                 m,
+		layer:               layer,
+		logger:              m.logger.With("component", "raft-heartbeats"),
+		window:              heartbeatWindow,
+		quietAfter:          quietAfter,
+		realEvery:           quietRealEvery,
+		followerTimeout:     quietFollowerTimeout,
+		tickEvery:           quietTick,
+		kick:                make(chan struct{}, 1),
+		idleAppendEvery:     idleAppendCatchUpEvery,
+		pipelineIdleClose:   pipelineIdleClose,
+		pipelineUnusedClose: pipelineUnusedClose,
+		pipelineInUse:       pipelineInUse,
+		done:                make(chan struct{}),
+		gates:               make(map[string]*voteGate),
+		peers:               make(map[string]*hbPeer),
+		seen:                make(map[string]time.Time),
+		busy:                make(map[string]int),
+		opens:               make(map[string]time.Time),
+		gone:                make(map[string]goneMark),
+		probing:             make(map[string]time.Time),
 	}
 }
 

@@ -41,6 +41,20 @@ const idleAppendCatchUpEvery = 30 * time.Second
 // nodes that use it).
 const pipelineIdleClose = 30 * time.Second
 
+// pipelineUnusedClose is pipelineIdleClose for the pipeline of a group
+// that has had no proposal for pipelineInUse: its appends were a new
+// leadership's first entry, a restarted follower's catch-up, or a send
+// after a long silence. After a node's restart those pipelines, one
+// per group member and 256 KiB at each end, held most of the restarted
+// node's memory for the next 30 s (BENCHMARKS.md, "Many idle
+// partitions"). A group in use keeps its connection through pauses
+// shorter than pipelineIdleClose; a group's first send after a long
+// silence pays the dial either way.
+const (
+	pipelineUnusedClose = 3 * time.Second
+	pipelineInUse       = 5 * time.Minute
+)
+
 // errPipelineBroken fails a pipelined AppendEntries sent after the
 // follower refused an earlier one: the leader falls back to one request at
 // a time, which finds where the follower's log stands.
@@ -56,6 +70,8 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 	switch proto := g.mux.Protocol(string(target)); {
 	case proto >= ProtocolCatchUp:
 		pl.idleClose = g.mux.hb.pipelineIdleClose
+		pl.unusedClose, pl.inUse = g.mux.hb.pipelineUnusedClose, g.mux.hb.pipelineInUse
+		pl.lastProposed = &g.quiet.lastProposed
 		pl.idled = g.idled
 		pl.speaksCatchUp = func() bool { return g.mux.Protocol(string(target)) >= ProtocolCatchUp }
 		pl.skipped = &g.mux.hb.idleAppends
@@ -165,8 +181,11 @@ type pipeline struct {
 	// open opens the transport's pipeline.
 	open func() (raft.AppendPipeline, error)
 	// idleClose is how long inner stays open with nothing sent
-	// (pipelineIdleClose); 0: for ever.
-	idleClose time.Duration
+	// (pipelineIdleClose); 0: for ever. unusedClose replaces it while the
+	// group's last proposal (lastProposed, UnixNano; 0: none) is inUse
+	// or more ago (pipelineUnusedClose); 0: never.
+	idleClose, unusedClose, inUse time.Duration
+	lastProposed                  *atomic.Int64
 	// opened counts the node's open transport pipelines; nil: not
 	// counted.
 	opened *atomic.Int64
@@ -254,7 +273,7 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		if len(args.Entries) == 0 && args.Term == p.last.Term && args.PrevLogEntry == p.last.PrevLogEntry &&
 			args.PrevLogTerm == p.last.PrevLogTerm && args.LeaderCommitIndex == p.last.LeaderCommitIndex &&
 			(p.catchUp == nil || !p.catchUp.Swap(false)) {
-			if in := p.inner; in != nil && p.idleClose > 0 && now.Sub(p.lastNews) >= p.idleClose && in.answered.Load() == in.sent {
+			if in := p.inner; in != nil && p.idleClose > 0 && now.Sub(p.lastNews) >= p.closeAfter(now) && in.answered.Load() == in.sent {
 				// Idle, nothing in flight: no response of this
 				// connection is still to come, so Raft's reader sees
 				// them in order when another opens.
@@ -289,6 +308,16 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		p.inner.sent++
 	}
 	return f, err
+}
+
+// closeAfter is how long the pipeline stays open with nothing new sent:
+// idleClose, or unusedClose if shorter for a group with no proposal for
+// inUse.
+func (p *pipeline) closeAfter(now time.Time) time.Duration {
+	if p.unusedClose > 0 && p.lastProposed != nil && now.Sub(time.Unix(0, p.lastProposed.Load())) >= p.inUse {
+		return min(p.unusedClose, p.idleClose)
+	}
+	return p.idleClose
 }
 
 // spokeOlder reports, at most once every p.every, whether the follower's

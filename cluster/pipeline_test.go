@@ -159,9 +159,10 @@ func dialedConns(g *testGroup) int {
 	return n
 }
 
-// preVote sends a pre-vote request of from's to to, which to refuses: it
-// leaves a connection in from's transport's pool, as an election's
-// requests do.
+// preVote sends a pre-vote request of from's to to, which to refuses,
+// through from's NetworkTransport itself rather than its gate: it leaves
+// a connection in the transport's pool, as appends sent one at a time do
+// (the gate sends votes on connections of their own, oneshot.go).
 func preVote(t *testing.T, from, to *testGroup) {
 	t.Helper()
 	addr, _ := from.gate.to(raft.ServerID(to.node.id), raft.ServerAddress(to.node.addr()))
@@ -206,9 +207,10 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 		return len(g.layer.conns)
 	}
 	eventually(t, 10*time.Second, "both pipelines open", func() bool { return leader.node.mux.HeartbeatStats().PipelinesOpen == 2 })
-	// A pre-vote request of the leader's own, which the follower refuses,
-	// leaves a connection in its transport's pool, as its election's
-	// requests did (the pipelines may have taken those).
+	// A pre-vote request of the leader's own through its transport, which
+	// the follower refuses, leaves a connection in the transport's pool,
+	// as appends sent one at a time do (the pipelines may have taken
+	// those).
 	preVote(t, leader, followers[0])
 	if d := dialedConns(leader); d <= 2 {
 		t.Fatalf("the leader dialled %d connections, its pipelines' and a pooled one: want more than 2", d)
@@ -232,11 +234,12 @@ func TestIdlePipelineClosesAndOpensAgain(t *testing.T) {
 }
 
 // A follower of a quiet group closes the connections its transport
-// pooled for its own requests (here a pre-vote; after a restart, its votes
-// as a candidate and its TimeoutNow when it handed its leadership over),
-// once its leader's pipelines have closed: NetworkTransport never closes
-// them, each with 256 KiB at both ends, and after the elections and the
-// balancing that follow a restart they were most of a node's heap.
+// pooled for its own requests (here a pre-vote sent through the
+// transport; in a node, its appends from when it led) once its leader's
+// pipelines have closed: NetworkTransport never closes them, each with
+// 256 KiB at both ends, and after the elections and the balancing that
+// follow a restart they were most of a node's heap (while votes and
+// TimeoutNow were pooled too).
 func TestQuietFollowersCloseTheirPooledConnections(t *testing.T) {
 	nodes := newTestNodesWith(t, 3, func(m *Mux) {
 		m.hb.pipelineIdleClose = 300 * time.Millisecond
@@ -429,4 +432,40 @@ func TestClosedPipelineSendsToAnOlderNodeAgain(t *testing.T) {
 		send(false)
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A leader whose group has had no proposal for pipelineInUse (a new
+// leadership's first entry, a restarted follower's catch-up) closes its
+// pipelines after pipelineUnusedClose; once the group is in use again, they
+// stay open through pauses shorter than pipelineIdleClose.
+func TestUnusedGroupClosesItsPipelinesSooner(t *testing.T) {
+	nodes := newTestNodesWith(t, 3, func(m *Mux) {
+		m.hb.pipelineIdleClose = time.Hour
+		m.hb.pipelineUnusedClose = 300 * time.Millisecond
+		m.hb.pipelineInUse = time.Hour
+		m.hb.idleAppendEvery = 100 * time.Millisecond
+	})
+	gs := startGroup(t, nodes, "g", heartbeatTimings)
+	leader := waitLeader(t, gs)
+	// The leadership's first entry goes to both followers: it opens the
+	// pipelines, and nothing was proposed.
+	waitEntries(t, gs, nil)
+	eventually(t, 10*time.Second, "the unused group's pipelines to close", func() bool {
+		return leader.node.mux.HeartbeatStats().PipelinesOpen == 0
+	})
+	applyAfterPause(t, gs, "one")
+	stats := leader.node.mux.HeartbeatStats
+	eventually(t, 10*time.Second, "the pipelines open again", func() bool { return stats().PipelinesOpen == 2 })
+	// Each append Raft hands a pipeline looks whether to close it; those
+	// that tell nothing new are counted as skipped. 300 of them, every
+	// 5 ms to each follower, take well over pipelineUnusedClose.
+	skipped := stats().IdleAppendsSkipped
+	eventually(t, 30*time.Second, "300 appends that tell nothing new", func() bool { return stats().IdleAppendsSkipped >= skipped+300 })
+	if n := stats().PipelinesOpen; n != 2 {
+		t.Fatalf("%d pipelines open in a group in use, after more than pipelineUnusedClose idle; want 2", n)
+	}
+	leader.gate.quiet.lastProposed.Store(time.Now().Add(-2 * time.Hour).UnixNano())
+	eventually(t, 10*time.Second, "the pipelines of a group whose last proposal is older than pipelineInUse to close", func() bool {
+		return leader.node.mux.HeartbeatStats().PipelinesOpen == 0
+	})
 }

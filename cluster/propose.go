@@ -17,7 +17,7 @@ import (
 // ever. Errors are Raft's own; Apply is the waiting, error-mapping form.
 // A proposal wakes a quiet group, as Apply does.
 func (g *Group) Propose(cmd []byte, timeout time.Duration) raft.ApplyFuture {
-	g.gate.active()
+	g.gate.proposed()
 	return g.raft.Apply(cmd, timeout)
 }
 

@@ -52,8 +52,10 @@ type quietState struct {
 	// lease is the group's LeaderLeaseTimeout: a quiet leader heartbeats
 	// every 0.3 to 0.6 of it (quietLeaderTimeout).
 	lease time.Duration
-	// lastActive is when the group last proposed (UnixNano); 0: never.
-	lastActive atomic.Int64
+	// lastActive is when the group last proposed (UnixNano), or when
+	// this member began to lead, if later; 0: never. lastProposed is
+	// when it last proposed an entry for the FSM (proposed), 0: never.
+	lastActive, lastProposed atomic.Int64
 	// leading is set while this member leads quietly.
 	leading atomic.Bool
 	// wasLeader: the last tick found this member leading (tick's alone).
@@ -103,6 +105,15 @@ func (g *voteGate) active() {
 	if g.quiet.leading.Load() {
 		g.stopLeadingQuietly(false)
 	}
+}
+
+// proposed records a proposal of an entry for the FSM (an apply, a
+// barrier), which also makes the group active: the group is in use
+// (pipeline.closeAfter). Membership changes, transfers and a bootstrap
+// only make it active.
+func (g *voteGate) proposed() {
+	g.quiet.lastProposed.Store(time.Now().UnixNano())
+	g.active()
 }
 
 // leadQuietly makes this leader quiet: its heartbeats are marked quiet,
