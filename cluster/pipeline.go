@@ -42,7 +42,8 @@ const idleAppendCatchUpEvery = 30 * time.Second
 const pipelineIdleClose = 30 * time.Second
 
 // pipelineUnusedClose is pipelineIdleClose for the pipeline of a group
-// that has had no proposal for pipelineInUse: its appends were a new
+// that has had no entry for its FSM proposed (an apply, a barrier) for
+// pipelineInUse: its appends were a new
 // leadership's first entry, a restarted follower's catch-up, or a send
 // after a long silence. After a node's restart those pipelines, one
 // per group member and 256 KiB at each end, held most of the restarted
@@ -181,9 +182,10 @@ type pipeline struct {
 	// open opens the transport's pipeline.
 	open func() (raft.AppendPipeline, error)
 	// idleClose is how long inner stays open with nothing sent
-	// (pipelineIdleClose); 0: for ever. unusedClose replaces it while the
-	// group's last proposal (lastProposed, UnixNano; 0: none) is inUse
-	// or more ago (pipelineUnusedClose); 0: never.
+	// (pipelineIdleClose); 0: for ever. unusedClose, when shorter,
+	// replaces it while the group's last entry proposed (lastProposed,
+	// UnixNano; 0: none) is inUse or more ago (pipelineUnusedClose); 0:
+	// never.
 	idleClose, unusedClose, inUse time.Duration
 	lastProposed                  *atomic.Int64
 	// opened counts the node's open transport pipelines; nil: not
