@@ -65,6 +65,71 @@ func TestFirstMemberStandsAtOnce(t *testing.T) {
 	}
 }
 
+// A member that opens the group before gossip has told what the first
+// member's node speaks (the metadata group opens before its node joins)
+// tells that node once gossip has: the first member still stands long
+// before any heartbeat timeout.
+func TestFirstMemberStandsWhenGossipTellsLate(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	const group = "late"
+	gs := startGroup(t, nodes, group, slowElections)
+	var voters []raft.ServerID
+	for _, n := range nodes {
+		voters = append(voters, raft.ServerID(n.id))
+	}
+	want := first(group, voters)
+	waitLeader(t, gs)
+	for _, g := range gs {
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var again []*testGroup
+	var others []*testNode
+	for _, n := range nodes {
+		if raft.ServerID(n.id) != want {
+			others = append(others, n)
+			n.mux.SetProtocols(func(string) int { return ProtocolUnknown }) // not joined yet
+		}
+		again = append(again, openTestGroup(t, n, group, newTestFSM(filepath.Join(n.dir, group+"-stage-again"), true), slowElections))
+	}
+	for _, n := range others {
+		n.mux.SetProtocols(nil) // joined: every node speaks this version
+	}
+	start := time.Now()
+	leader := waitLeader(t, again) // gives up after 10 s: a heartbeat timeout
+	if raft.ServerID(leader.node.id) != want {
+		t.Fatalf("led by %s after %v, want the first member %s", leader.node.id, time.Since(start), want)
+	}
+}
+
+// A notice that comes once the first member has stood or knows its
+// leader is not kept: kept, it made the member stand the moment it opened
+// the group again within firstWithin, before the others had, and wait out
+// its election timeout. A notice for a group not open there is kept.
+func TestLateNoticeIsNotKept(t *testing.T) {
+	nodes := newTestNodes(t, 3)
+	const group = "stale"
+	gs := startGroup(t, nodes, group, slowElections)
+	leader := waitLeader(t, gs)
+	from := others(gs, leader)[0]
+	p := from.node.mux.hb.peer(leader.node.addr())
+	p.openedLater(group)    // for the group its first member leads: dropped
+	p.openedLater("closed") // for a group not open there: kept
+	opens := func(group string) bool {
+		h := leader.node.mux.hb
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		_, ok := h.opens[group]
+		return ok
+	}
+	// One round carries both, in order.
+	eventually(t, 10*time.Second, "the notice for a group not open to be kept", func() bool { return opens("closed") })
+	if opens(group) {
+		t.Fatalf("a notice for %s, whose first member leads it, was kept", group)
+	}
+}
+
 // A first member whose log is behind the others' (it was down while the
 // group went on) has its pre-vote refused when every member opens the
 // group again; a member that refused it, knowing no leader, stands at once

@@ -80,6 +80,9 @@ type voteGate struct {
 	// firstUntil, while this member is its group's first (elect.go) and
 	// has not stood yet: until when it stands on a notice (UnixNano).
 	firstUntil atomic.Int64
+	// arranged is set once the group arranged its first election
+	// (arrangeElection, settled).
+	arranged atomic.Bool
 	// standing is set while a TimeoutNow handed over by the gate (a gone
 	// leader's successor, or a follower standing over a lagging one)
 	// waits for Raft to take it (successor.go).
