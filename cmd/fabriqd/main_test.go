@@ -20,7 +20,7 @@ func TestHelpExplainsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, flag := range []string{"--node-id", "--data-dir", "--client-addr", "--raft-addr", "--gossip-addr", "--http-addr", "--region", "--join", "--bootstrap-expect",
-		"--segment-bytes", "--retention-interval", "--raft-snapshot-threshold", "--raft-trailing-logs"} {
+		"--segment-bytes", "--retention-interval", "--raft-snapshot-threshold", "--raft-snapshot-bytes", "--raft-trailing-logs"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not mention %s", flag)
 		}
