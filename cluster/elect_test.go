@@ -18,6 +18,16 @@ func slowElections(c *GroupConfig) {
 	c.LeaderLeaseTimeout = 10 * time.Second
 }
 
+// firstOn returns the first member of group when every node of nodes
+// votes in it.
+func firstOn(nodes []*testNode, group string) raft.ServerID {
+	var voters []raft.ServerID
+	for _, n := range nodes {
+		voters = append(voters, raft.ServerID(n.id))
+	}
+	return first(group, voters)
+}
+
 // A new group, and the same group opened again on every node, is led by
 // its first member long before any heartbeat timeout: the first member
 // stands once another voter has the group open.
@@ -25,11 +35,7 @@ func TestFirstMemberStandsAtOnce(t *testing.T) {
 	nodes := newTestNodes(t, 3)
 	const group = "first"
 	gs := startGroup(t, nodes, group, slowElections)
-	var voters []raft.ServerID
-	for _, n := range nodes {
-		voters = append(voters, raft.ServerID(n.id))
-	}
-	want := first(group, voters)
+	want := firstOn(nodes, group)
 	check := func(gs []*testGroup, when string) {
 		t.Helper()
 		start := time.Now()
@@ -73,11 +79,7 @@ func TestFirstMemberStandsWhenGossipTellsLate(t *testing.T) {
 	nodes := newTestNodes(t, 3)
 	const group = "late"
 	gs := startGroup(t, nodes, group, slowElections)
-	var voters []raft.ServerID
-	for _, n := range nodes {
-		voters = append(voters, raft.ServerID(n.id))
-	}
-	want := first(group, voters)
+	want := firstOn(nodes, group)
 	waitLeader(t, gs)
 	for _, g := range gs {
 		if err := g.Close(); err != nil {
@@ -139,11 +141,7 @@ func TestMemberAheadOfTheFirstStands(t *testing.T) {
 	const group = "ahead"
 	gs := startGroup(t, nodes, group, heartbeatTimings)
 	waitLeader(t, gs)
-	var voters []raft.ServerID
-	for _, n := range nodes {
-		voters = append(voters, raft.ServerID(n.id))
-	}
-	lead := first(group, voters)
+	lead := firstOn(nodes, group)
 	var behind *testGroup
 	var rest []*testGroup
 	for _, g := range gs {
