@@ -380,30 +380,8 @@ var ErrTransferTried = errors.New("cluster: a leadership transfer to this voter 
 
 // TransferLeadership hands leadership to a voter not yet tried in this
 // term, on a node that is neither gone nor silent, and waits until it
-// took it. Leader only.
-func (g *Group) TransferLeadership(ctx context.Context) error {
-	servers, err := g.Servers(ctx)
-	if err != nil {
-		return err
-	}
-	unreachable := false
-	for _, s := range servers {
-		if !s.Voter || s.ID == g.nodeID {
-			continue
-		}
-		if !g.gate.mux.reachable(s.Address) {
-			unreachable = true
-			continue
-		}
-		if g.claimTransfer(raft.ServerID(s.ID)) {
-			return g.transfer(ctx, raft.ServerID(s.ID), raft.ServerAddress(s.Address))
-		}
-	}
-	if unreachable {
-		return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrUnreachable)
-	}
-	return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrTransferTried)
-}
+// took it: HandOver with no preferred voter. Leader only.
+func (g *Group) TransferLeadership(ctx context.Context) error { return g.HandOver(ctx, "") }
 
 // TransferLeadershipTo hands leadership to the given voter. Leader only.
 // A voter on a node that is gone or silent (Mux.reachable) is refused at
@@ -418,14 +396,16 @@ func (g *Group) TransferLeadershipTo(ctx context.Context, id, addr string) error
 	return g.transfer(ctx, raft.ServerID(id), raft.ServerAddress(addr))
 }
 
-// HandOver hands leadership to voter preferred ("": none) and waits until
-// it took it; when that fails for a reason other than ctx, it tries each
-// other voter once, in the configuration's order, until one took it. A
-// voter whose node has just restarted may not have opened its copy of
-// the group yet: its node refuses the request (the connection closes), and
-// the next voter takes the leadership at once rather than the group
-// electing one after the leader goes. Leader only; it returns the last
-// error when no voter took it.
+// HandOver hands leadership to voter preferred ("": none), then to each
+// other voter in the configuration's order, until one took it: each is
+// tried once, unless its node is gone or silent or it was tried in this
+// term (TransferLeadershipTo). A voter whose node has just restarted may
+// not have opened its copy of the group yet: its node refuses the request
+// (the connection closes), and the next voter takes the leadership at
+// once rather than the group electing one after the leader goes. Leader
+// only. When none took it, the error is the last transfer's that failed,
+// or else ErrUnreachable when a voter was unreachable, or else
+// ErrTransferTried.
 func (g *Group) HandOver(ctx context.Context, preferred string) error {
 	servers, err := g.Servers(ctx)
 	if err != nil {
@@ -442,14 +422,27 @@ func (g *Group) HandOver(ctx context.Context, preferred string) error {
 			order = append(order, s)
 		}
 	}
-	err = fmt.Errorf("cluster: group %s: hand over: no other voter", g.id)
+	var failed error
+	unreachable := false
 	for _, s := range order {
-		if err = g.TransferLeadershipTo(ctx, s.ID, s.Address); err == nil || ctx.Err() != nil {
+		switch err := g.TransferLeadershipTo(ctx, s.ID, s.Address); {
+		case err == nil, ctx.Err() != nil:
 			return err
+		case errors.Is(err, ErrUnreachable):
+			unreachable = true
+		case errors.Is(err, ErrTransferTried):
+		default:
+			failed = err
+			g.logger.Debug("leadership transfer failed; trying the next voter", "to", s.ID, "err", err)
 		}
-		g.logger.Debug("leadership hand-over failed; trying the next voter", "to", s.ID, "err", err)
 	}
-	return err
+	switch {
+	case failed != nil:
+		return failed
+	case unreachable:
+		return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrUnreachable)
+	}
+	return fmt.Errorf("cluster: group %s: transfer leadership: %w", g.id, ErrTransferTried)
 }
 
 // transfer hands leadership to voter id, claimed (claimTransfer). A
