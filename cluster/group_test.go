@@ -710,6 +710,11 @@ func TestHandOverPassesOverAVoterWithoutItsCopy(t *testing.T) {
 	gs := startGroup(t, nodes, "handover", slowTimings(20*time.Second))
 	leader := waitLeader(t, gs)
 	unopened, next := others(gs, leader)[0], others(gs, leader)[1]
+	// Every member holds the leader's log, so the transfer sends its
+	// TimeoutNow at once rather than waiting for a catch-up that cannot
+	// come.
+	applyAll(t, gs, "caught-up")
+	waitEntries(t, gs, []string{"caught-up"})
 	if err := unopened.Close(); err != nil {
 		t.Fatal(err)
 	}
