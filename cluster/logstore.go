@@ -264,7 +264,9 @@ func (s *checkedStore) StoreLog(l *raft.Log) error {
 // check; an entry whose check fails is refused, and so is the batch.
 func (s *checkedStore) StoreLogs(logs []*raft.Log) (err error) {
 	checked := make([]*raft.Log, len(logs))
+	size := 0
 	for i, l := range logs {
+		size += len(l.Data)
 		if len(l.Extensions) > 0 {
 			if err := verifyEntry(l); err != nil {
 				return fmt.Errorf("cluster: refusing to store a damaged entry: %w", err)
@@ -284,10 +286,6 @@ func (s *checkedStore) StoreLogs(logs []*raft.Log) (err error) {
 	s.recent.add(checked)
 	if n := len(checked); n > 0 && len(checked[n-1].Data) <= lastEntryMax {
 		s.keepLast(checked[n-1])
-	}
-	size := 0
-	for _, l := range checked {
-		size += len(l.Data)
 	}
 	s.grew(size)
 	return nil
