@@ -18,13 +18,8 @@ type ackReq struct {
 
 // ack queues acks; done (if not nil) is called after commit.
 func (p *Partition) ack(r *ackReq) {
-	select {
-	case p.acker.queue <- r:
-		p.acker.kick()
-	case <-p.stop:
-		if r.done != nil {
-			r.done(ErrStopping)
-		}
+	if !p.acker.put(r, p.stop, nil) && r.done != nil {
+		r.done(ErrStopping)
 	}
 }
 

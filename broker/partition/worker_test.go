@@ -42,7 +42,6 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 			}
 		}
 	}, func(v int) { handled.LoadOrStore(v, "drained") }, halt)
-	queue := w.queue
 
 	const senders, each = 8, 2000
 	// A request left queued with no loop running blocks the senders once
@@ -53,12 +52,9 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 	for s := range senders {
 		wg.Go(func() {
 			for i := range each {
-				select {
-				case queue <- s*each + i:
-				case <-ctx.Done():
+				if !w.put(s*each+i, nil, ctx.Done()) {
 					return
 				}
-				w.kick()
 			}
 		})
 	}
@@ -89,8 +85,7 @@ func TestWorkerHandlesEveryRequestWithOneLoopAtATime(t *testing.T) {
 
 	// Stopped: a request queued is drained by its kick, no loop starts.
 	before := loops.Load()
-	queue <- -1
-	w.kick()
+	w.put(-1, nil, nil)
 	if v, _ := handled.Load(-1); v != "drained" {
 		t.Fatalf("a request queued after stop was %v, not drained", v)
 	}
@@ -107,17 +102,54 @@ func TestWorkerDrainsOnceThePartitionStops(t *testing.T) {
 	var loops atomic.Int32
 	var drained []int
 	w := newWorker(4, func() { loops.Add(1) }, func(v int) { drained = append(drained, v) }, halt)
-	queue := w.queue
 	close(halt)
-	queue <- 1
-	w.kick()
-	queue <- 2
-	w.kick()
+	w.put(1, nil, nil)
+	w.put(2, nil, nil)
 	if loops.Load() != 0 {
 		t.Fatal("a loop started after the partition stopped")
 	}
 	if len(drained) != 2 {
 		t.Fatalf("drained %v, want both requests", drained)
+	}
+	w.stop()
+}
+
+// A worker holds a queue only while it is used: none before the first
+// request, none once its loop ended idle, and a new one for the request
+// after that, which its new loop takes.
+func TestWorkerHoldsNoQueueWhileUnused(t *testing.T) {
+	halt := make(chan struct{})
+	got := make(chan int)
+	var w *worker[int]
+	w = newWorker(8, func() {
+		for {
+			select {
+			case v := <-w.queue:
+				got <- v
+			default:
+				if w.rest() {
+					return
+				}
+			}
+		}
+	}, func(int) {}, halt)
+	held := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.queue != nil
+	}
+	if held() {
+		t.Fatal("a new worker holds a queue")
+	}
+	for i := range 3 {
+		w.put(i, nil, nil)
+		if v := <-got; v != i {
+			t.Fatalf("the loop took %d, want %d", v, i)
+		}
+		w.wg.Wait() // the loop ended: nothing else was queued
+		if held() {
+			t.Fatalf("round %d: the queue outlived its loop", i)
+		}
 	}
 	w.stop()
 }

@@ -75,13 +75,12 @@ func (p *Partition) enqueue(ctx context.Context, r *sendReq) {
 			return
 		}
 	}
-	select {
-	case p.proposer.queue <- r:
-		p.proposer.kick()
-	case <-ctx.Done():
-		r.done(nil, wire.Errorf(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
-	case <-p.stop:
-		r.done(nil, ErrStopping)
+	if !p.proposer.put(r, p.stop, ctx.Done()) {
+		if closed(p.stop) {
+			r.done(nil, ErrStopping)
+		} else {
+			r.done(nil, wire.Errorf(transport.CodeTimeout, "send queue full: %v", ctx.Err()))
+		}
 	}
 }
 
@@ -166,10 +165,7 @@ func (p *Partition) proposeLoop() {
 		}
 		proposed := time.Now()
 		f := p.group.Propose(data, p.cfg.ApplyTimeout)
-		select {
-		case p.committer.queue <- inflight{future: f, reqs: reqs, proposed: proposed}:
-			p.committer.kick()
-		case <-p.stop:
+		if !p.committer.put(inflight{future: f, reqs: reqs, proposed: proposed}, p.stop, nil) {
 			// The entry may still commit; its senders learn nothing
 			// and retry with the same sequence ids, which dedup drops.
 			for _, r := range reqs {
