@@ -12,6 +12,14 @@ import (
 // headroom it grants is what the process allocated in this long.
 const gcEvery = time.Second
 
+// gcLook is how often gcPace reads the allocation rate. A busy spell that
+// starts just after a reading would otherwise run at the base pace until
+// the next one, and the reading after that: on a node of a thousand idle
+// partitions, whose every collection costs tens of milliseconds of
+// marking, that ramp made the first second of a burst collect every
+// 70 ms.
+const gcLook = gcEvery / 10
+
 // gcFreeAfter is how long a process that was busy allocates at the base
 // pace before gcPace returns its free memory to the system.
 const gcFreeAfter = 10 * time.Second
@@ -20,9 +28,12 @@ const gcFreeAfter = 10 * time.Second
 const defaultGCHeadroom = 1 << 30
 
 // gcPace lets a busy process's garbage build up to what it allocates in
-// gcEvery, up to a bound, before the collector runs. Each gcEvery it sets
-// GOGC from the allocation rate since the last time and the live heap the
-// last collection found, never below GOGC as it was.
+// gcEvery, up to a bound, before the collector runs. Each gcLook it sets
+// GOGC from the allocation rate and the live heap the last collection
+// found, never below GOGC as it was. The rate is the highest of those
+// read in the last gcEvery, each over one gcLook: a burst is met within
+// gcLook, and a pause shorter than gcEvery does not lower the goal (which
+// would set off a collection).
 //
 // Why a node wants it: a node of many idle partitions has thousands of
 // goroutines, most of them its idle Raft groups', whose stacks every
@@ -55,9 +66,16 @@ type gcPace struct {
 	set        int       // GOGC last set
 	raised     bool      // set over base since the last free
 	quietSince time.Time // set to base since, after raised
-	lastAllocs uint64
-	lastAt     time.Time
+	readings   []reading // those of the last gcEvery
 	samples    []metrics.Sample
+}
+
+// reading is what the process had allocated at a time, and the headroom
+// its rate since the reading before calls for.
+type reading struct {
+	allocs   uint64
+	at       time.Time
+	headroom uint64
 }
 
 // The runtime metrics gcPace reads each gcEvery: the live heap and the
@@ -92,15 +110,15 @@ func newGCPace(most uint64) *gcPace {
 	return g
 }
 
-// run sets GOGC each gcEvery from what the process allocated since the
-// last time, until stop. Paced by the clock rather than by collections, a
-// node that goes idle has its GOGC back within gcEvery (lowered, the goal
-// sets off a collection), and its memory is returned once quiet says so.
+// run sets GOGC each gcLook from what the process allocated lately, until
+// stop. Paced by the clock rather than by collections, a node that goes
+// idle has its GOGC back within gcEvery (lowered, the goal sets off a
+// collection), and its memory is returned once quiet says so.
 // Waiting for the next collection instead would leave an idle node's goal
 // up until the runtime's forced one, two minutes later.
 func (g *gcPace) run() {
 	defer close(g.done)
-	tick := time.NewTicker(gcEvery)
+	tick := time.NewTicker(gcLook)
 	defer tick.Stop()
 	for {
 		select {
@@ -153,13 +171,24 @@ func (g *gcPace) read(now time.Time) int {
 
 // next returns GOGC for the next collection, given the time, the bytes
 // allocated since the start, and the live and root bytes the last
-// collection found.
+// collection found: the headroom is the highest rate read in the last
+// gcEvery, each over the gcLook before its reading.
 func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
-	var headroom uint64
-	if !g.lastAt.IsZero() {
-		headroom = headroomFor(allocs-g.lastAllocs, now.Sub(g.lastAt), g.most)
+	r := reading{allocs: allocs, at: now}
+	if n := len(g.readings); n > 0 {
+		last := g.readings[n-1]
+		r.headroom = headroomFor(allocs-last.allocs, now.Sub(last.at), g.most)
 	}
-	g.lastAllocs, g.lastAt = allocs, now
+	keep := 0
+	for keep < len(g.readings) && !g.readings[keep].at.After(now.Add(-gcEvery)) {
+		keep++
+	}
+	g.readings = append(g.readings[:0], g.readings[keep:]...)
+	g.readings = append(g.readings, r)
+	var headroom uint64
+	for _, r := range g.readings {
+		headroom = max(headroom, r.headroom)
+	}
 	return gcPercentFor(headroom, live, roots, g.base)
 }
 

@@ -82,6 +82,40 @@ func TestGCPaceGrantsTheRateOfTheLastSpell(t *testing.T) {
 	}
 }
 
+// Read each gcLook, a burst is met at the first reading in it, a pause
+// shorter than gcEvery keeps the headroom, and a gcEvery without
+// allocation gives the base pace back.
+func TestGCPaceMeetsABurstAtTheNextLook(t *testing.T) {
+	const mib = 1 << 20
+	g := &gcPace{most: 1024 * mib, base: 100}
+	t0 := time.Unix(1_800_000_000, 0)
+	live, roots := uint64(80*mib), uint64(40*mib)
+	allocs := uint64(100 * mib)
+	at := time.Duration(0)
+	look := func(name string, allocated uint64, want func(int) bool) {
+		t.Helper()
+		at += gcLook
+		allocs += allocated
+		if got := g.next(t0.Add(at), allocs, live, roots); !want(got) {
+			t.Errorf("%s: GOGC %d", name, got)
+		}
+	}
+	base := func(pct int) bool { return pct == 100 }
+	raised := func(pct int) bool { return pct >= 500 }
+	for range 30 {
+		look("idle", 0, base)
+	}
+	look("the first look in a burst of 600 MiB a second", 60*mib, raised)
+	look("the burst goes on", 60*mib, raised)
+	for range 9 {
+		look("a pause shorter than gcEvery", 0, raised)
+	}
+	look("a gcEvery without allocation", 0, base)
+	if len(g.readings) > int(gcEvery/gcLook)+1 {
+		t.Errorf("%d readings kept, want the last gcEvery's", len(g.readings))
+	}
+}
+
 // A busy spell's memory is freed once, after gcFreeAfter at the base
 // pace, and not at each pause shorter than that.
 func TestGCPaceFreesMemoryOnceQuietAfterABusySpell(t *testing.T) {
