@@ -128,12 +128,12 @@ func (g *gcPace) run() {
 		case <-tick.C:
 		}
 		now := time.Now()
-		pct := g.read(now)
+		pct, steady := g.read(now)
 		if pct != g.set {
 			debug.SetGCPercent(pct)
 			g.set = pct
 		}
-		if g.quiet(now, pct) {
+		if g.quiet(now, steady) {
 			debug.FreeOSMemory()
 		}
 	}
@@ -159,9 +159,8 @@ func (g *gcPace) quiet(now time.Time, pct int) bool {
 	return false
 }
 
-// read reads the runtime's metrics at now and returns the GOGC they call
-// for.
-func (g *gcPace) read(now time.Time) int {
+// read reads the runtime's metrics at now and returns what next does.
+func (g *gcPace) read(now time.Time) (gogc, steady int) {
 	metrics.Read(g.samples)
 	live := g.samples[0].Value.Uint64()
 	roots := g.samples[1].Value.Uint64() + g.samples[2].Value.Uint64()
@@ -172,9 +171,14 @@ func (g *gcPace) read(now time.Time) int {
 // next returns GOGC for the next collection, given the time, the bytes
 // allocated since the start, and the live and root bytes the last
 // collection found: the headroom is the highest rate read in the last
-// gcEvery, each over the gcLook before its reading.
-func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
+// gcEvery, each over the gcLook before its reading. It also returns the
+// GOGC that the rate over the whole of the last gcEvery calls for, which
+// tells quiet whether the process is busy: a blip of a few MB in one
+// gcLook raises GOGC for a second, but an idle node has those all the
+// time, and they must not put off the return of a busy spell's memory.
+func (g *gcPace) next(now time.Time, allocs, live, roots uint64) (gogc, steady int) {
 	r := reading{allocs: allocs, at: now}
+	var spell uint64
 	if n := len(g.readings); n > 0 {
 		last := g.readings[n-1]
 		r.headroom = headroomFor(allocs-last.allocs, now.Sub(last.at), g.most)
@@ -183,13 +187,17 @@ func (g *gcPace) next(now time.Time, allocs, live, roots uint64) int {
 	for keep < len(g.readings) && !g.readings[keep].at.After(now.Add(-gcEvery)) {
 		keep++
 	}
+	if n := len(g.readings); n > 0 {
+		first := g.readings[max(keep-1, 0)] // the newest at least gcEvery old, if any
+		spell = headroomFor(allocs-first.allocs, now.Sub(first.at), g.most)
+	}
 	g.readings = append(g.readings[:0], g.readings[keep:]...)
 	g.readings = append(g.readings, r)
 	var headroom uint64
 	for _, r := range g.readings {
 		headroom = max(headroom, r.headroom)
 	}
-	return gcPercentFor(headroom, live, roots, g.base)
+	return gcPercentFor(headroom, live, roots, g.base), gcPercentFor(spell, live, roots, g.base)
 }
 
 // stop ends the pacing and gives GOGC back its value; it returns once

@@ -76,15 +76,18 @@ func TestGCPaceGrantsTheRateOfTheLastSpell(t *testing.T) {
 		{"busier than the bound", 2 * time.Second, 2700 * mib, 854},
 		{"idle again: 2 MiB in two minutes", 2*time.Second + 2*time.Minute, 2702 * mib, 100},
 	} {
-		if got := g.next(t0.Add(step.at), step.allocs, live, roots); got != step.want {
-			t.Errorf("%s: GOGC %d, want %d", step.name, got, step.want)
+		// Read a second apart, the two rates are one.
+		if got, steady := g.next(t0.Add(step.at), step.allocs, live, roots); got != step.want || steady != step.want {
+			t.Errorf("%s: GOGC %d (steady %d), want %d", step.name, got, steady, step.want)
 		}
 	}
 }
 
 // Read each gcLook, a burst is met at the first reading in it, a pause
 // shorter than gcEvery keeps the headroom, and a gcEvery without
-// allocation gives the base pace back.
+// allocation gives the base pace back. A blip that raises GOGC for a
+// second does not make the process busy for quiet; a second of
+// allocation at the burst's rate does.
 func TestGCPaceMeetsABurstAtTheNextLook(t *testing.T) {
 	const mib = 1 << 20
 	g := &gcPace{most: 1024 * mib, base: 100}
@@ -92,25 +95,33 @@ func TestGCPaceMeetsABurstAtTheNextLook(t *testing.T) {
 	live, roots := uint64(80*mib), uint64(40*mib)
 	allocs := uint64(100 * mib)
 	at := time.Duration(0)
-	look := func(name string, allocated uint64, want func(int) bool) {
+	look := func(name string, allocated uint64, want, wantSteady func(int) bool) {
 		t.Helper()
 		at += gcLook
 		allocs += allocated
-		if got := g.next(t0.Add(at), allocs, live, roots); !want(got) {
-			t.Errorf("%s: GOGC %d", name, got)
+		if got, steady := g.next(t0.Add(at), allocs, live, roots); !want(got) || !wantSteady(steady) {
+			t.Errorf("%s: GOGC %d, steady %d", name, got, steady)
 		}
 	}
 	base := func(pct int) bool { return pct == 100 }
 	raised := func(pct int) bool { return pct >= 500 }
 	for range 30 {
-		look("idle", 0, base)
+		look("idle", 0, base, base)
 	}
-	look("the first look in a burst of 600 MiB a second", 60*mib, raised)
-	look("the burst goes on", 60*mib, raised)
+	look("a blip of 20 MiB", 20*mib, func(pct int) bool { return pct > 100 }, base)
+	for range 10 {
+		look("idle after the blip", 0, func(int) bool { return true }, base)
+	}
+	look("a gcEvery after the blip", 0, base, base)
+	look("the first look in a burst of 600 MiB a second", 60*mib, raised, base)
 	for range 9 {
-		look("a pause shorter than gcEvery", 0, raised)
+		look("the burst goes on", 60*mib, raised, func(int) bool { return true })
 	}
-	look("a gcEvery without allocation", 0, base)
+	look("a second of the burst", 60*mib, raised, raised)
+	for range 9 {
+		look("a pause shorter than gcEvery", 0, raised, func(int) bool { return true })
+	}
+	look("a gcEvery without allocation", 0, base, base)
 	if len(g.readings) > int(gcEvery/gcLook)+1 {
 		t.Errorf("%d readings kept, want the last gcEvery's", len(g.readings))
 	}
