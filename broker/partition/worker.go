@@ -48,7 +48,7 @@ type worker[T any] struct {
 
 	mu      sync.Mutex
 	queue   chan T // nil while unused
-	users   int    // puts between acquire and release
+	users   int    // puts holding the queue
 	running bool
 	stopped bool
 	wg      sync.WaitGroup

@@ -78,7 +78,7 @@ type reading struct {
 	headroom uint64
 }
 
-// The runtime metrics gcPace reads each gcEvery: the live heap and the
+// The runtime metrics gcPace reads each gcLook: the live heap and the
 // roots the last collection found, and the bytes allocated so far.
 var gcPaceMetrics = []string{
 	"/gc/heap/live:bytes",
