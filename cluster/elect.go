@@ -64,15 +64,25 @@ func (g *Group) arrangeElection(servers []Server) {
 		}
 		return
 	}
-	addr := addrOf[lead]
+	if addr := addrOf[lead]; !g.tellOpened(addr) {
+		g.tellOpenedOnceKnown(addr)
+	}
+}
+
+// tellOpened tells the first member's node at addr, in its next heartbeat
+// round, that this member has the group open, if that node speaks
+// ProtocolCatchUp; it reports whether gossip has told what the node
+// speaks (false: nothing was done).
+func (g *Group) tellOpened(addr string) bool {
 	switch proto := g.gate.mux.Protocol(addr); {
 	case proto == ProtocolUnknown:
-		g.tellOpenedOnceKnown(addr)
+		return false
 	case proto >= ProtocolCatchUp:
-		if p := hb.peer(addr); p != nil {
+		if p := g.gate.mux.hb.peer(addr); p != nil {
 			p.openedLater(g.id)
 		}
 	}
+	return true
 }
 
 // openedPoll is how often a notice that waits for gossip looks again.
@@ -108,16 +118,10 @@ func (g *Group) tellOpenedOnceKnown(addr string) {
 			case <-giveUp.C:
 				return
 			case <-poll.C:
-			}
-			switch proto := g.gate.mux.Protocol(addr); {
-			case proto == ProtocolUnknown:
-				continue
-			case proto >= ProtocolCatchUp:
-				if p := g.gate.mux.hb.peer(addr); p != nil {
-					p.openedLater(g.id)
+				if g.tellOpened(addr) {
+					return
 				}
 			}
-			return
 		}
 	}()
 }
