@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/fabriq-io/fabriq/geofabric"
 )
@@ -18,6 +19,47 @@ import (
 // let through by mistake cannot lead outside DATA_DIR/partitions, nor name
 // a copy set aside (DIR@MEMBER, see claimPartitionDir). Every removal of a
 // partition directory goes through the same guard (removeCopy).
+
+// dataLockFile is the file a node flocks in its data directory while it
+// runs (lockDataDir).
+const dataLockFile = "LOCK"
+
+// ErrDataDirInUse is matched (errors.Is) by Start's error when another
+// process holds the data directory.
+var ErrDataDirInUse = errors.New("broker: the data directory is in use by another process")
+
+// lockDataDir holds dataDir for this process: one flock for the whole
+// directory, so that a second node started on it by mistake stops at once
+// with a clear error, before it opens anything. Within the process,
+// storage keeps a partition's log from being opened twice. (Each
+// partition's log once flocked a file of its own: a thousand more open
+// files on a node of a thousand partitions, which a killed process
+// releases before the last of its sockets close.)
+func lockDataDir(dataDir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dataDir, dataLockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrDataDirInUse, dataDir)
+		}
+		return nil, fmt.Errorf("broker: lock the data directory %s: %w", dataDir, err)
+	}
+	return f, nil
+}
+
+// unlockDataDir releases what lockDataDir held; it may be called again.
+func (n *Node) unlockDataDir() {
+	n.mu.Lock()
+	f := n.dataLock
+	n.dataLock = nil
+	n.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+}
 
 // partitionsDir is the directory under the data directory that holds every
 // partition's data.

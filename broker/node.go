@@ -39,6 +39,9 @@ type Node struct {
 	cfg    Config
 	logger *slog.Logger
 
+	// dataLock holds the data directory (lockDataDir) from Start to Close.
+	dataLock *os.File
+
 	raftLn   net.Listener
 	clientLn net.Listener
 	mux      *cluster.Mux
@@ -167,14 +170,21 @@ func NewNode(cfg Config) (*Node, error) {
 // Start opens the listeners and the metadata group, registers the node,
 // opens its partitions and starts serving clients. It returns once the
 // node answers clients, or with the first error.
-func (n *Node) Start(ctx context.Context) error {
+func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
+	if n.dataLock, err = lockDataDir(n.cfg.DataDir); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			n.unlockDataDir() // Close, when it ran, did already
+		}
+	}()
 	if err := n.disk.refresh(); err != nil {
 		return err
 	}
-	var err error
 	if n.raftLn, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
 		return fmt.Errorf("broker: raft listener: %w", err)
 	}
@@ -1322,6 +1332,7 @@ func (n *Node) Close() error {
 		}
 	}
 	n.shutdownListeners()
+	n.unlockDataDir()
 	return err
 }
 

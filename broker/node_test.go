@@ -25,13 +25,7 @@ func startNode(t *testing.T, dir string) *broker.Node {
 // startNodeWith is startNode with mod applied to the configuration.
 func startNodeWith(t *testing.T, dir string, mod func(*broker.Config)) *broker.Node {
 	t.Helper()
-	cfg := broker.Config{
-		NodeID:     "n1",
-		DataDir:    dir,
-		ClientAddr: "127.0.0.1:0",
-		RaftAddr:   "127.0.0.1:0",
-		Raft:       broker.RaftTimings{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond},
-	}
+	cfg := nodeConfig(dir)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -124,6 +118,68 @@ func TestProduceConsume(t *testing.T) {
 
 // A restart keeps every acknowledged message and every committed ack:
 // the consumer gets exactly what it had not acknowledged (EX-3).
+// nodeConfig is a one-node cluster's configuration on dir, with fast
+// Raft timings.
+func nodeConfig(dir string) broker.Config {
+	return broker.Config{
+		NodeID:     "n1",
+		DataDir:    dir,
+		ClientAddr: "127.0.0.1:0",
+		RaftAddr:   "127.0.0.1:0",
+		Raft:       broker.RaftTimings{HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond},
+	}
+}
+
+// A node started by mistake on a data directory another node runs on
+// stops at once with an error that says so, and leaves the running node
+// and its data alone; once that node has stopped, a node starts on the
+// directory.
+func TestDataDirectoryHeldByOneNode(t *testing.T) {
+	dir := t.TempDir()
+	first := startNode(t, dir)
+	c := newClient(t, first)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const stream = "persistent://acme/prod/held"
+	createStream(ctx, t, c, stream, 1)
+	p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(ctx, t, p, "", "before")
+
+	second, err := broker.NewNode(nodeConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(ctx); !errors.Is(err, broker.ErrDataDirInUse) {
+		second.Close()
+		t.Fatalf("a second node on the data directory: %v, want ErrDataDirInUse", err)
+	}
+	second.Close()
+	if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatalf("the first node, after a second one tried its directory: %v", err)
+	}
+
+	first.Close()
+	again := startNode(t, dir)
+	c2 := newClient(t, again)
+	r, err := c2.CreateReader(ctx, client.ReaderOptions{Stream: stream, StartPosition: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, want := range []string{"before", "after"} {
+		m, err := r.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Payload) != want {
+			t.Fatalf("read %q, want %q", m.Payload, want)
+		}
+	}
+}
+
 func TestRestartKeepsMessagesAndAcks(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir)

@@ -24,7 +24,8 @@ var (
 	ErrTrimmed = errors.New("storage: offset trimmed by retention")
 	// ErrOutOfRange is returned for an offset beyond the log's next offset.
 	ErrOutOfRange = errors.New("storage: offset out of range")
-	// ErrLocked is returned by Open when another Log holds the directory.
+	// ErrLocked is returned by Open when another Log of this process holds
+	// the directory.
 	ErrLocked = errors.New("storage: directory is in use by another log")
 	// ErrFailed is returned by Append after a write to disk failed part way:
 	// the log refuses further appends until it is reopened, which recovers

@@ -18,7 +18,6 @@ import (
 )
 
 const (
-	lockFile       = "LOCK"
 	checkpointFile = "checkpoint"
 	restoreDir     = "restore.tmp"
 	restoreDone    = "COMPLETE"
@@ -30,7 +29,7 @@ const (
 type Log struct {
 	dir  string
 	cfg  Config
-	lock *os.File
+	held dirID // dir's, in heldDirs
 
 	// restoreMu lets one Restore run at a time; it is taken before mu.
 	restoreMu sync.Mutex
@@ -64,21 +63,61 @@ func Open(dir string, cfg Config) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	held, err := holdDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
+		return nil, err
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
-	}
-	l := &Log{dir: dir, cfg: cfg.withDefaults(), lock: lock}
+	l := &Log{dir: dir, cfg: cfg.withDefaults(), held: held}
 	if err := l.load(); err != nil {
 		l.closeFiles()
-		lock.Close()
+		releaseDir(held)
 		return nil, err
 	}
 	return l, nil
+}
+
+// heldDirs are the directories the open Logs of this process hold, by
+// device and inode: a directory renamed while its Log is open (a copy set
+// aside) stays held under its new name, and a new directory made under
+// the old name is free. A Log once held its directory with a flocked lock
+// file of its own, which behaved the same: one more open file per
+// partition, which a killed node's process releases before the last of
+// its sockets close (cluster/DESIGN.md). Another process is kept out by
+// the directory's owner: a node holds its whole data directory.
+var heldDirs = struct {
+	sync.Mutex
+	dirs map[dirID]bool
+}{dirs: map[dirID]bool{}}
+
+// dirID names a directory, whatever path leads to it.
+type dirID struct{ dev, ino uint64 }
+
+// holdDir records dir as held by a Log of this process and returns its
+// id, or ErrLocked if a Log holds it already.
+func holdDir(dir string) (dirID, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return dirID{}, fmt.Errorf("storage: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return dirID{}, fmt.Errorf("storage: %s: no device and inode to hold it by", dir)
+	}
+	id := dirID{dev: uint64(st.Dev), ino: st.Ino}
+	heldDirs.Lock()
+	defer heldDirs.Unlock()
+	if heldDirs.dirs[id] {
+		return dirID{}, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	heldDirs.dirs[id] = true
+	return id, nil
+}
+
+// releaseDir gives back a directory holdDir recorded.
+func releaseDir(id dirID) {
+	heldDirs.Lock()
+	delete(heldDirs.dirs, id)
+	heldDirs.Unlock()
 }
 
 // load reads the directory into l.segments and recovers it.
@@ -693,9 +732,7 @@ func (l *Log) Close() error {
 		err = l.syncLocked()
 	}
 	l.closeFiles()
-	if cerr := l.lock.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("storage: %w", cerr)
-	}
+	releaseDir(l.held)
 	return err
 }
 

@@ -96,7 +96,7 @@ func crashImage(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.IsDir() || e.Name() == lockFile {
+		if e.IsDir() {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -920,9 +920,53 @@ func TestInterruptedRestore(t *testing.T) {
 
 func TestOpenIsExclusive(t *testing.T) {
 	dir := t.TempDir()
-	openLog(t, dir, Config{})
+	l, err := Open(dir, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Open(dir, Config{}); !errors.Is(err, ErrLocked) {
 		t.Fatalf("second open: %v, want ErrLocked", err)
+	}
+	// The same directory spelt another way is the same directory.
+	other := filepath.Join(dir, "..", filepath.Base(dir)) + string(filepath.Separator)
+	if _, err := Open(other, Config{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("open as %s: %v, want ErrLocked", other, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(dir, Config{})
+	if err != nil {
+		t.Fatalf("open after the first log closed: %v", err)
+	}
+	// A directory renamed while its log is open (a copy set aside) stays
+	// held under its new name; a new one under the old name is free.
+	aside := dir + "@old"
+	if err := os.Rename(dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(aside, Config{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("open of the renamed directory: %v, want ErrLocked", err)
+	}
+	fresh, err := Open(dir, Config{})
+	if err != nil {
+		t.Fatalf("open of a new directory under the old name: %v", err)
+	}
+	fresh.Close()
+	again.Close()
+	// A log that fails to open releases the directory too.
+	// (An empty segment followed by another: a sealed segment is never
+	// empty.)
+	bad := t.TempDir()
+	for _, base := range []uint64{0, 5} {
+		if err := os.WriteFile(filepath.Join(bad, segmentName(base)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := Open(bad, Config{}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("open of a damaged log: %v, want ErrCorrupt (not ErrLocked)", err)
+		}
 	}
 }
 
