@@ -174,9 +174,18 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
-	if n.dataLock, err = lockDataDir(n.cfg.DataDir); err != nil {
+	lock, err := lockDataDir(n.cfg.DataDir)
+	if err != nil {
 		return err
 	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		lock.Close()
+		return errors.New("broker: the node is closed")
+	}
+	n.dataLock = lock
+	n.mu.Unlock()
 	defer func() {
 		if err != nil {
 			n.unlockDataDir() // Close, when it ran, did already

@@ -116,8 +116,6 @@ func TestProduceConsume(t *testing.T) {
 	}
 }
 
-// A restart keeps every acknowledged message and every committed ack:
-// the consumer gets exactly what it had not acknowledged (EX-3).
 // nodeConfig is a one-node cluster's configuration on dir, with fast
 // Raft timings.
 func nodeConfig(dir string) broker.Config {
@@ -162,6 +160,10 @@ func TestDataDirectoryHeldByOneNode(t *testing.T) {
 	}
 
 	first.Close()
+	// A closed node does not start again, nor take the directory.
+	if err := first.Start(ctx); err == nil {
+		t.Fatal("a closed node started again")
+	}
 	again := startNode(t, dir)
 	c2 := newClient(t, again)
 	r, err := c2.CreateReader(ctx, client.ReaderOptions{Stream: stream, StartPosition: client.Earliest})
@@ -180,6 +182,8 @@ func TestDataDirectoryHeldByOneNode(t *testing.T) {
 	}
 }
 
+// A restart keeps every acknowledged message and every committed ack:
+// the consumer gets exactly what it had not acknowledged (EX-3).
 func TestRestartKeepsMessagesAndAcks(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, dir)
