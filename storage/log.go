@@ -95,15 +95,10 @@ type dirID struct{ dev, ino uint64 }
 // holdDir records dir as held by a Log of this process and returns its
 // id, or ErrLocked if a Log holds it already.
 func holdDir(dir string) (dirID, error) {
-	fi, err := os.Stat(dir)
+	id, err := dirIDOf(dir)
 	if err != nil {
-		return dirID{}, fmt.Errorf("storage: %w", err)
+		return dirID{}, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return dirID{}, fmt.Errorf("storage: %s: no device and inode to hold it by", dir)
-	}
-	id := dirID{dev: uint64(st.Dev), ino: st.Ino}
 	heldDirs.Lock()
 	defer heldDirs.Unlock()
 	if heldDirs.dirs[id] {
@@ -111,6 +106,19 @@ func holdDir(dir string) (dirID, error) {
 	}
 	heldDirs.dirs[id] = true
 	return id, nil
+}
+
+// dirIDOf returns the id of the directory at path.
+func dirIDOf(path string) (dirID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return dirID{}, fmt.Errorf("storage: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return dirID{}, fmt.Errorf("storage: %s: no device and inode to know it by", path)
+	}
+	return dirID{dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 // releaseDir gives back a directory holdDir recorded.
@@ -728,12 +736,28 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	var err error
-	if l.failed == nil && len(l.segments) > 0 {
+	switch {
+	case l.failed != nil || len(l.segments) == 0:
+	case l.movedAway():
+		// The checkpoint is written by path, which now names another
+		// directory (a copy set aside while this log closed, and a new
+		// copy made under its name): sync the segment only.
+		if serr := l.active().f.Sync(); serr != nil {
+			err = fmt.Errorf("storage: sync %s: %w", l.active().path, serr)
+		}
+	default:
 		err = l.syncLocked()
 	}
 	l.closeFiles()
 	releaseDir(l.held)
 	return err
+}
+
+// movedAway reports whether the log's path no longer leads to its
+// directory.
+func (l *Log) movedAway() bool {
+	id, err := dirIDOf(l.dir)
+	return err != nil || id != l.held
 }
 
 func (l *Log) closeFiles() {

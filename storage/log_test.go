@@ -970,6 +970,57 @@ func TestOpenIsExclusive(t *testing.T) {
 	}
 }
 
+// A log whose directory was renamed while it was open (a copy set aside)
+// and replaced by a new one leaves the new one alone when it closes: its
+// checkpoint, written by path, would land in the new copy.
+func TestCloseAfterDirectoryMovedLeavesTheNewOneAlone(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "p", "log")
+	old := openLog(t, dir, Config{})
+	oldMsgs := fill(t, old, 1, 3) // appended, not synced: Close would write a checkpoint
+	if err := os.Rename(filepath.Join(parent, "p"), filepath.Join(parent, "p@old")); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := Open(dir, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fill(t, fresh, 1, 2)
+	if err := fresh.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Fatal("closing the log set aside rewrote the new copy's checkpoint")
+	}
+	if err := fresh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := openLog(t, dir, Config{})
+	got, err := again.Read(0, 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, want, got)
+	// The copy set aside kept its messages: synced by its file.
+	aside := openLog(t, filepath.Join(parent, "p@old", "log"), Config{})
+	got, err = aside.Read(0, 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, oldMsgs, got)
+}
+
 func TestClosedLog(t *testing.T) {
 	l, err := Open(t.TempDir(), Config{})
 	if err != nil {
