@@ -16,7 +16,7 @@ import (
 )
 
 // openFiles counts the file descriptors a process holds.
-func openFiles(t *testing.T, pid int) int {
+func openFiles(t testing.TB, pid int) int {
 	t.Helper()
 	fds, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
 	if err != nil {

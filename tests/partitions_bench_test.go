@@ -439,6 +439,7 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		// What the kernel unmaps before the victim's sockets close.
 		pid := victim.cmd.Process.Pid
 		rss, anon := rssOf(b, pid, "VmRSS")>>20, rssOf(b, pid, "RssAnon")>>20
+		files := openFiles(b, pid)
 		killed, ended := victim.killTimed()
 		out.ended = append(out.ended, ended.Sub(killed))
 		var wg sync.WaitGroup
@@ -450,8 +451,8 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			go send(idleStream, nil, idleIndex, &out.idleNewProducer, killed, &wg)
 		}
 		wg.Wait()
-		b.Logf("kill %d: %s, leader of %s partition %d%s, RSS %d MiB (%d anonymous): ended after %v, acked after %v", kills, victim.id, busy, busyIndex,
-			idleNote(idleStream, idleIndex), rss, anon, ended.Sub(killed), lastOf(out.busy, out.idle, out.idleNewProducer))
+		b.Logf("kill %d: %s, leader of %s partition %d%s, RSS %d MiB (%d anonymous), %d open files: ended after %v, acked after %v", kills, victim.id, busy, busyIndex,
+			idleNote(idleStream, idleIndex), rss, anon, files, ended.Sub(killed), lastOf(out.busy, out.idle, out.idleNewProducer))
 		busyP.Close()
 		if idleP != nil {
 			idleP.Close()
