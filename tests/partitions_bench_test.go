@@ -436,7 +436,8 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			}
 		}
 		kills++
-		// What the kernel unmaps before the victim's sockets close.
+		// What the kernel releases before the victim's sockets close: its
+		// memory, then its files (cluster/DESIGN.md).
 		pid := victim.cmd.Process.Pid
 		rss, anon := rssOf(b, pid, "VmRSS")>>20, rssOf(b, pid, "RssAnon")>>20
 		files := openFiles(b, pid)
