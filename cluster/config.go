@@ -103,6 +103,13 @@ type GroupConfig struct {
 	// this copy (closes the group) and has it renewed. It must not block:
 	// it may be called from Raft's goroutines. Nil ignores it.
 	OnDamage func(error)
+	// OnSleep is told that the member's leader put the group to sleep
+	// (sleep.go): the caller may then call Sleep, and close what else it
+	// runs for the group. It must not block: it is called from the
+	// heartbeats' goroutines. Nil leaves the member awake: it campaigns
+	// once its leader's silence outlasts its timeout, and wakes the
+	// others.
+	OnSleep func()
 }
 
 // DefaultSnapshotBytes is GroupConfig.SnapshotBytes's default. A node

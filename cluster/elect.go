@@ -289,8 +289,12 @@ func firstBut(group string, r *raft.Raft, but raft.ServerID) (id raft.ServerID, 
 // leader known: the group's first member here stands, or, not open yet,
 // stands when it opens (takeOpened).
 func (h *heartbeats) openedThere(group string) {
-	if g := h.gate(group); g != nil && g.settled() {
+	g := h.gate(group)
+	if g != nil && g.settled() {
 		return
+	}
+	if g == nil {
+		h.mux.askedOf(group) // asleep here: it wakes, and finds the notice
 	}
 	now := time.Now()
 	h.mu.Lock()
@@ -309,7 +313,7 @@ func (h *heartbeats) openedThere(group string) {
 	h.mu.Unlock()
 	// After the notice is recorded: a first member that opens meanwhile
 	// finds it there, or is found here.
-	if g := h.gate(group); g != nil && g.firstUntil.Load() != 0 && h.takeOpened(group) {
+	if g = h.gate(group); g != nil && g.firstUntil.Load() != 0 && h.takeOpened(group) {
 		g.standFirst()
 	}
 }

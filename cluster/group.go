@@ -98,6 +98,10 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: group %s: %w", cfg.ID, err)
 	}
+	// Before Raft can change anything the mark would not know (sleep.go).
+	if err := wakeMark(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("cluster: group %s: wake: %w", cfg.ID, err)
+	}
 
 	g := &Group{
 		id:       cfg.ID,
@@ -165,6 +169,9 @@ func OpenGroup(cfg GroupConfig) (*Group, error) {
 	gate.quiet.base = raft.ReloadableConfig{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout}
 	gate.quiet.lease = cfg.LeaderLeaseTimeout
 	gate.retired.Store(cfg.Retired)
+	if cfg.OnSleep != nil {
+		gate.onSleep.Store(&cfg.OnSleep)
+	}
 	undo = append(undo, func() { gate.Close() })
 
 	g.fsm = &configFSM{FSM: cfg.FSM, snaps: g.snaps}

@@ -258,6 +258,11 @@ type hbFrame struct {
 	// whose first member is on the receiving node (elect.go;
 	// ProtocolCatchUp).
 	Opened []string `msgpack:"o,omitempty"`
+	// Sleep are the groups whose leader on the sending node put them to
+	// sleep, and Rouse those whose member on the receiving node is to
+	// wake (sleep.go; ProtocolSleep).
+	Sleep []hbSleep `msgpack:"s,omitempty"`
+	Rouse []string  `msgpack:"r,omitempty"`
 }
 
 // isHeartbeat reports whether an AppendEntries request is a heartbeat, as
@@ -496,6 +501,7 @@ func (h *heartbeats) beat(g *voteGate, addr, member string, args *raft.AppendEnt
 		return false, fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
 	}
 	if o.res.Success {
+		g.sawFollower(raft.ServerID(member), args.Term, o.res.LastLog, o.res.Behind)
 		// A follower that holds entries it has not applied, or fewer
 		// than this leader (one whose log was lost), needs an append:
 		// an idle group sends none otherwise (pipeline.go).
@@ -558,9 +564,11 @@ type hbPeer struct {
 
 // hbNotes are what a round tells besides its heartbeats (hbFrame).
 type hbNotes struct {
-	wake   []string // groups whose quiet followers there are to wake
-	woke   []string // groups whose followers here woke, their leader there
-	opened []string // groups opened here whose first member is there
+	wake   []string  // groups whose quiet followers there are to wake
+	woke   []string  // groups whose followers here woke, their leader there
+	opened []string  // groups opened here whose first member is there
+	sleep  []hbSleep // groups put to sleep here, with a follower there
+	rouse  []string  // groups whose member there is to wake
 }
 
 // wakeLater tells the node's quiet followers of group to wake, with the
@@ -750,7 +758,7 @@ type hbConn struct {
 // round sends calls as one frame, from the node at self (nil: not known
 // yet), with notes, reads the answer and completes each call.
 func (c *hbConn) round(calls []*hbCall, self *string, notes hbNotes) error {
-	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: notes.wake, Woke: notes.woke, Opened: notes.opened}
+	f := hbFrame{Beats: make([]hbRequest, len(calls)), Wake: notes.wake, Woke: notes.woke, Opened: notes.opened, Sleep: notes.sleep, Rouse: notes.rouse}
 	if self != nil {
 		f.From = *self
 	}
@@ -877,7 +885,15 @@ func (h *heartbeats) serve(c net.Conn) {
 		for _, group := range f.Opened {
 			h.openedThere(group)
 		}
+		for _, group := range f.Rouse {
+			if h.gate(group) == nil {
+				h.mux.askedOf(group)
+			}
+		}
 		results := h.deliverAll(f.Beats, from, slots)
+		for _, n := range f.Sleep {
+			h.sleepNoted(n)
+		}
 		if f.From != "" {
 			h.mu.Lock()
 			h.seen[from] = time.Now()
@@ -978,6 +994,9 @@ func (h *heartbeats) deliver(req *hbRequest, from string) hbResult {
 	g := h.gate(req.Group)
 	if g == nil {
 		h.refused.Add(1)
+		if h.mux.askedOf(req.Group) {
+			return hbResult{Err: fmt.Sprintf("group %q is asleep here; waking it", req.Group)}
+		}
 		return hbResult{Err: fmt.Sprintf("unknown group %q", req.Group)}
 	}
 	if req.Member != "" && req.Member != string(g.local) {

@@ -61,8 +61,13 @@ const (
 	// know they are committed); an idle leader sends such a follower its
 	// appends that tell nothing new only then (pipeline.go).
 	ProtocolCatchUp = 4
+	// ProtocolSleep: ProtocolCatchUp, plus sleeping groups: a leader's
+	// word that it put a group to sleep, a node's request to wake a
+	// member, and a node that wakes a member it holds asleep when asked
+	// anything of it (sleep.go).
+	ProtocolSleep = 5
 	// RaftProtocol is what this version speaks and advertises.
-	RaftProtocol = ProtocolCatchUp
+	RaftProtocol = ProtocolSleep
 )
 
 // MemberAddress is the address a Layer dials to reach member of its
@@ -122,6 +127,9 @@ type Mux struct {
 
 	// hb carries every group's heartbeats to and from other nodes.
 	hb *heartbeats
+
+	// asleep wakes a group the node holds asleep (SetAsleep).
+	asleep atomic.Pointer[func(group string) bool]
 
 	mu      sync.Mutex
 	layers  map[string]*Layer
@@ -337,6 +345,9 @@ func (m *Mux) handshake(c net.Conn) {
 		m.mu.Unlock()
 		if l == nil {
 			err = fmt.Errorf("unknown group %q", group)
+			if m.askedOf(group) {
+				err = fmt.Errorf("group %q is asleep here; waking it", group)
+			}
 		} else if member != "" && l.member != "" && member != l.member {
 			// Addressed to a member this node no longer runs: answering
 			// as it would let a new, empty member vote in the old one's

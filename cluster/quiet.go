@@ -193,6 +193,9 @@ func (g *voteGate) tellWaking() {
 	g.quiet.waking = nil
 	g.quiet.hasWaking.Store(false)
 	g.quiet.mu.Unlock()
+	if g.sleeping() {
+		return // its followers are put to sleep instead (sleep.go)
+	}
 	for _, addr := range waking {
 		if p := g.mux.hb.peer(addr); p != nil {
 			p.wakeLater(g.group)

@@ -59,7 +59,11 @@ type voteGate struct {
 	// the heartbeats that arrive coalesced (heartbeat.go).
 	heartbeat atomic.Pointer[func(raft.RPC)]
 	// quiet is the group's side of quiet groups (quiet.go).
-	quiet   quietState
+	quiet quietState
+	// sleep is its side of sleeping groups, and onSleep the owner's
+	// GroupConfig.OnSleep (sleep.go).
+	sleep   sleepState
+	onSleep atomic.Pointer[func()]
 	raft    atomic.Pointer[raft.Raft]
 	out     chan raft.RPC
 	stop    chan struct{}
