@@ -89,8 +89,12 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	if _, _, err := n.stream(p.Stream.String()); err != nil {
 		return nil, err
 	}
-	if lp, ok := n.partition(name); ok && lp.group.IsLeader() {
+	lp, here := n.partition(name)
+	if here && lp.group.IsLeader() {
 		return &transport.LookupResult{Here: true, Address: n.cfg.AdvertiseClientAddr, NodeID: n.cfg.NodeID}, nil
+	}
+	if !here && n.wakeCopy(name, true) {
+		return nil, asleepError(name)
 	}
 	if lp, ok := n.partition(name); ok && lp.group.LeaderGone() {
 		// Its followers here are electing the successor: the client
@@ -102,7 +106,12 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 			if n.mux.Gone(info.RaftAddr) || !n.mayLead(id) {
 				// A route gossip spread before the node died (this node's
 				// replica, if any, knows no leader): naming it would send
-				// the client to a closed port.
+				// the client to a closed port. Holding no copy, this node
+				// asks the replicas to wake, in case the partition slept
+				// when its leader's node went.
+				if !here {
+					n.rouseReplicas(name)
+				}
 				return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s: node %s, its last known leader, is gone; a new leader is being elected", name, id)
 			}
 			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
@@ -278,6 +287,9 @@ func (n *Node) localLeader(name string) (*partition.Partition, error) {
 		return nil, wire.Errorf(transport.CodeInvalidName, "%v", err)
 	}
 	lp, ok := n.partition(name)
+	if !ok && n.wakeCopy(name, true) {
+		return nil, asleepError(name)
+	}
 	if !ok {
 		return nil, n.notHere(name)
 	}
@@ -414,6 +426,9 @@ func (n *Node) status() transport.ClusterInfo {
 		for i, p := range st.Partitions(s.Partitions) {
 			ps := transport.PartitionStatus{Partition: p.String(), Replicas: []transport.ReplicaStatus{}}
 			ps.Leader, ps.Term = n.leaderOf(p.String())
+			if n.asleepHere(p.String()) {
+				ps.Leader, ps.Asleep = "", true
+			}
 			lp, local := n.partition(p.String())
 			for _, id := range s.Placement[i] {
 				r := transport.ReplicaStatus{Node: id, Lag: -1}

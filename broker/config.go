@@ -28,6 +28,9 @@ const minSegmentBytes = 4 << 10
 // DefaultSegmentBytes is the default Config.SegmentBytes.
 const DefaultSegmentBytes = 64 << 20
 
+// DefaultSleepAfter is the default Config.SleepAfter.
+const DefaultSleepAfter = 5 * time.Minute
+
 // defaultRetentionInterval is the default Config.RetentionInterval.
 const defaultRetentionInterval = partition.DefaultRetentionInterval
 
@@ -107,6 +110,17 @@ type Config struct {
 	// stream's retention policy, message TTL and backlog quota. Default
 	// 5s.
 	RetentionInterval time.Duration
+	// SleepAfter is how long a partition this node leads stays idle — no
+	// send, ack or other proposal, no producer or consumer attached —
+	// before it is put to sleep on every replica: its copies close, and
+	// cost nothing until a client or another node asks for it (the first
+	// send then waits for the copies to open and elect, DESIGN.md,
+	// "Sleeping partitions"). A partition that holds messages under a
+	// time limit or a message TTL stays awake, for its retention. Default
+	// DefaultSleepAfter; negative: this node's leaders never put their
+	// partitions to sleep (its copies still follow a leader elsewhere
+	// that does).
+	SleepAfter time.Duration
 	// Raft tunes every Raft group of the node.
 	Raft RaftTimings
 	// RaftSnapshots tunes when every Raft group of the node compacts its
@@ -370,6 +384,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SegmentBytes == 0 {
 		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.SleepAfter == 0 {
+		c.SleepAfter = DefaultSleepAfter
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = defaultRetentionInterval

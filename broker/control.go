@@ -33,7 +33,12 @@ func (h host) Views(partitions []string) []meta.View {
 }
 
 // LeaderOf implements meta.Host.
+// A partition asleep here has none: its last leader's leadership is not
+// to be balanced.
 func (h host) LeaderOf(partition string) string {
+	if h.n.asleepHere(partition) {
+		return ""
+	}
 	id, _ := h.n.leaderOf(partition)
 	return id
 }

@@ -13,9 +13,13 @@ type Readiness struct {
 	// MetadataLeader is the node that leads the metadata group, as this
 	// node knows it; empty when it knows none.
 	MetadataLeader string `json:"metadata_leader"`
-	// Partitions counts the partitions this node has a copy of.
+	// Partitions counts the partitions this node has a copy of, awake or
+	// asleep.
 	Partitions int `json:"partitions"`
-	// Leaderless names those of them whose group knows no leader.
+	// Asleep counts those of them whose copy sleeps (Config.SleepAfter):
+	// closed until asked for, they need no leader now.
+	Asleep int `json:"asleep"`
+	// Leaderless names the others whose group knows no leader.
 	Leaderless []string `json:"leaderless,omitempty"`
 	// Halted names the copies stopped on this node (disk full or
 	// failing), waiting to be opened again; they do not make the node
@@ -24,7 +28,7 @@ type Readiness struct {
 }
 
 // Ready reports whether the node is ready: serving, with a metadata
-// leader, and every partition it has a copy of led.
+// leader, and every partition it has a copy of led, or asleep.
 func (r Readiness) Ready() bool {
 	return r.Serving && r.MetadataLeader != "" && len(r.Leaderless) == 0
 }
@@ -40,7 +44,8 @@ func (n *Node) Readiness() Readiness {
 	r.MetadataLeader = n.control.Leader()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	r.Partitions = len(n.partitions)
+	r.Partitions = len(n.partitions) + len(n.asleep)
+	r.Asleep = len(n.asleep)
 	for name, lp := range n.partitions {
 		if id, _ := lp.group.Leader(); id == "" {
 			r.Leaderless = append(r.Leaderless, name)

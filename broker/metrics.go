@@ -31,7 +31,9 @@ var (
 		"Consumers attached to the subscription on the partition's leader.",
 		[]string{"partition", "subscription"}, nil)
 	descPartitions = prometheus.NewDesc("fabriq_partitions",
-		"Partitions this node holds a copy of.", nil, nil)
+		"Partitions this node holds a copy of, awake or asleep.", nil, nil)
+	descAsleep = prometheus.NewDesc("fabriq_partitions_asleep",
+		"Partitions whose copy on this node sleeps: closed until asked for.", nil, nil)
 	descLeaderless = prometheus.NewDesc("fabriq_partitions_leaderless",
 		"Partitions this node holds a copy of whose group knows no leader.", nil, nil)
 	descConnections = prometheus.NewDesc("fabriq_client_connections",
@@ -69,7 +71,7 @@ type nodeCollector struct{ n *Node }
 // Describe implements prometheus.Collector.
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMessagesIn, descLogBytes, descLeader, descTerm, descBacklog, descConsumers,
-		descPartitions, descLeaderless, descConnections, descDiskFree, descDiskReserve, descRefused, descBytesIn, descMessagesOut, descBytesOut,
+		descPartitions, descAsleep, descLeaderless, descConnections, descDiskFree, descDiskReserve, descRefused, descBytesIn, descMessagesOut, descBytesOut,
 		descElections, descLeaderChanges, descThrottled} {
 		ch <- d
 	}
@@ -88,6 +90,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		parts = append(parts, lp)
 	}
 	conns := len(n.sessions)
+	asleep := len(n.asleep)
 	n.mu.Unlock()
 	leaderless := 0
 	for _, lp := range parts {
@@ -120,7 +123,8 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descConsumers, prometheus.GaugeValue, float64(attached), name, s.Name)
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(descPartitions, prometheus.GaugeValue, float64(len(parts)))
+	ch <- prometheus.MustNewConstMetric(descPartitions, prometheus.GaugeValue, float64(len(parts)+asleep))
+	ch <- prometheus.MustNewConstMetric(descAsleep, prometheus.GaugeValue, float64(asleep))
 	ch <- prometheus.MustNewConstMetric(descLeaderless, prometheus.GaugeValue, float64(leaderless))
 	ch <- prometheus.MustNewConstMetric(descConnections, prometheus.GaugeValue, float64(conns))
 	free, reserve := n.disk.reading()

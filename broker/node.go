@@ -103,6 +103,11 @@ type Node struct {
 	haltWait map[string]time.Duration
 	changed  chan struct{} // closed and replaced when partitions change
 	closed   bool
+	// asleep holds the partitions placed here whose copy sleeps
+	// (sleep.go); rouse, when this node last asked a partition's
+	// replicas to wake.
+	asleep map[string]*asleepCopy
+	rouse  rousers
 }
 
 // haltedCopy is a partition whose state machine stopped on this node.
@@ -161,6 +166,7 @@ func NewNode(cfg Config) (*Node, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms to 4 s
 		}),
 		halted:   map[string]*haltedCopy{},
+		asleep:   map[string]*asleepCopy{},
 		haltWait: map[string]time.Duration{},
 		changed:  make(chan struct{}),
 		disk:     newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),
@@ -245,10 +251,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.Close()
 		return err
 	}
+	n.mux.SetAsleep(func(group string) bool { return n.wakeCopy(group, false) })
 	n.wg.Add(3)
 	go n.diskLoop()
 	go n.reconcileLoop()
 	go n.acceptLoop()
+	if n.cfg.SleepAfter > 0 {
+		n.wg.Add(1)
+		go n.sleepLoop()
+	}
 	n.requestReconcile()
 	n.serving.Store(true)
 	return nil
@@ -475,9 +486,13 @@ func (n *Node) reconcile() {
 		handOver = append(handOver, n.retired[name])
 	}
 	open, gone := n.haltedLocked(plan.Open)
+	open, wake, goneAsleep := n.asleepLocked(open, placed)
 	n.mu.Unlock()
-	for _, name := range gone {
+	for _, name := range append(gone, goneAsleep...) {
 		n.removePartitionData(name)
+	}
+	for _, name := range wake {
+		n.wakeCopy(name, true)
 	}
 	for _, lp := range retire {
 		n.retirePartition(lp)
@@ -563,14 +578,16 @@ func (n *Node) openPlaced(names []string, placed map[string]meta.Assignment) boo
 		}
 		g.Go(func() error {
 			a := placed[name]
-			lp, err := n.openPartition(name, a.Member, a.Members, a.Bootstrap, false, listing)
+			lp, err := n.openPartition(name, a.Member, a.Members, a.Bootstrap, false, listing, true)
 			switch {
-			case errors.Is(err, errStaleMember):
-				n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
-			case errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged):
-				n.askRenewal(name, a.Member, err)
+			case errors.Is(err, errAsleep):
+				n.mu.Lock()
+				if n.asleep[name] == nil {
+					n.asleep[name] = &asleepCopy{member: a.Member, members: a.Members}
+				}
+				n.mu.Unlock()
 			case err != nil:
-				n.logger.Error("cannot open partition", "partition", name, "err", err)
+				n.openFailed(name, a.Member, err)
 			case !n.keep(n.partitions, lp):
 				closed.Store(true)
 			}
@@ -579,6 +596,19 @@ func (n *Node) openPlaced(names []string, placed map[string]meta.Assignment) boo
 	}
 	g.Wait()
 	return !closed.Load()
+}
+
+// openFailed reports a copy of a partition that could not open, as member:
+// a damaged one is renewed.
+func (n *Node) openFailed(name, member string, err error) {
+	switch {
+	case errors.Is(err, errStaleMember):
+		n.logger.Warn("not opening a partition the catalog places here under an older member than a copy on disk", "partition", name, "err", err)
+	case errors.Is(err, storage.ErrCorrupt) || errors.Is(err, cluster.ErrDamaged):
+		n.askRenewal(name, member, err)
+	default:
+		n.logger.Error("cannot open partition", "partition", name, "err", err)
+	}
 }
 
 // partitionsAtOnce bounds the partitions a node opens, and closes, at
@@ -678,7 +708,10 @@ func (n *Node) removeCopy(dir string) error { return removeCopy(n.cfg.DataDir, d
 //
 // A retired copy (a member of a group this node no longer holds a place
 // in, see retirePartition) opens retired, with nothing to bootstrap.
-func (n *Node) openPartition(name, self string, replicas, initial []string, retired bool, listing *asideListing) (*localPartition, error) {
+//
+// With mayStayAsleep, a copy that went to sleep and has not been opened
+// since stays closed: errAsleep (sleep.go).
+func (n *Node) openPartition(name, self string, replicas, initial []string, retired bool, listing *asideListing, mayStayAsleep bool) (*localPartition, error) {
 	dir, err := n.partitionDir(name)
 	if err != nil {
 		return nil, err
@@ -688,6 +721,9 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 	}
 	if why, err := os.ReadFile(filepath.Join(dir, damagedMarker)); err == nil {
 		return nil, fmt.Errorf("%w: the copy of member %s was found damaged while it served: %s", storage.ErrCorrupt, self, strings.TrimSpace(string(why)))
+	}
+	if mayStayAsleep && !retired && stayAsleep(dir) {
+		return nil, errAsleep
 	}
 	log, err := storage.Open(filepath.Join(dir, "log"), storage.Config{SegmentMaxBytes: n.cfg.SegmentBytes, Logger: n.logger.With("partition", name)})
 	if err != nil {
@@ -729,6 +765,7 @@ func (n *Node) openPartition(name, self string, replicas, initial []string, reti
 			p.Damaged(err)
 		}
 	}
+	gcfg.OnSleep = func() { n.offerSleep(name) }
 	g, err := cluster.OpenGroup(gcfg)
 	if err != nil {
 		log.Close()
@@ -1020,6 +1057,7 @@ func (n *Node) waitPartition(ctx context.Context, name string) (*localPartition,
 			}
 			return lp, nil
 		}
+		n.wakeCopy(name, true)
 		select {
 		case <-changed:
 		case <-ctx.Done():

@@ -314,7 +314,7 @@ func (n *Node) removeMovedAwayCopies() {
 			n.logger.Info("moved-away copy removed: its group has removed its member", "partition", c.pn.String(), "member", c.owner)
 		case c.running == nil:
 			// Still a member, or nobody can tell: the group may count it.
-			lp, err := n.openPartition(c.pn.String(), c.owner, nil, nil, true, nil)
+			lp, err := n.openPartition(c.pn.String(), c.owner, nil, nil, true, nil, false)
 			if err != nil {
 				n.logger.Warn("cannot open a moved-away copy its group may still count", "partition", c.pn.String(), "member", c.owner, "err", err)
 				continue

@@ -57,6 +57,16 @@ func (g *Group) arrangeElection(servers []Server) {
 	}
 	hb := g.gate.mux.hb
 	lead := first(g.id, voters)
+	if g.gate.mux.Gone(addrOf[lead]) {
+		// Its node's process was found gone: the group could wait for
+		// it until a timeout. The other voters, whose nodes found it
+		// gone too, agree on the first among the rest (a sleeping group
+		// woken after a node died; sleep.go).
+		alive := slices.DeleteFunc(slices.Clone(voters), func(id raft.ServerID) bool { return id != self && g.gate.mux.Gone(addrOf[id]) })
+		if len(alive) >= 2 {
+			lead = first(g.id, alive)
+		}
+	}
 	if lead == self {
 		g.gate.firstUntil.Store(time.Now().Add(firstWithin).UnixNano())
 		if hb.takeOpened(g.id) {

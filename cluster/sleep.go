@@ -131,6 +131,17 @@ func (g *voteGate) sleeping() bool {
 	return g.sleep.sleeping
 }
 
+// Idle returns how long the group has had no proposal (an apply, a
+// barrier, a membership change, a transfer) on this member, counted from
+// when it began to lead if later; zero when it never did either.
+func (g *Group) Idle() time.Duration {
+	at := g.gate.quiet.lastActive.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, at))
+}
+
 // Sleep puts this member to sleep and closes it, leaving the mark Asleep
 // reports. A leader may sleep when it leads quietly (no proposal for a
 // while) and every other member of its configuration follows it quietly,

@@ -16,6 +16,7 @@ type readyz struct {
 	Serving        bool     `json:"serving"`
 	MetadataLeader string   `json:"metadata_leader"`
 	Partitions     int      `json:"partitions"`
+	Asleep         int      `json:"asleep"`
 	Leaderless     []string `json:"leaderless"`
 }
 

@@ -609,6 +609,9 @@ type PartitionStatus struct {
 	Leader    string          `msgpack:"l" json:"leader"`
 	Term      uint64          `msgpack:"t" json:"term"`
 	Replicas  []ReplicaStatus `msgpack:"r" json:"replicas"`
+	// Asleep: the answering node's copy sleeps (its replicas closed until
+	// asked for); Leader is then empty.
+	Asleep bool `msgpack:"as,omitempty" json:"asleep,omitempty"`
 }
 
 // ReplicaStatus is one replica of a partition. Lag is the number of Raft

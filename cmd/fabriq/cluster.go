@@ -56,7 +56,11 @@ answering node cannot tell.`,
 					}
 					reps = append(reps, fmt.Sprintf("%s(lag %s)", r.Node, lag))
 				}
-				fmt.Fprintf(a.stdout, "  %s leader=%s term=%d replicas=%s\n", p.Partition, orNone(p.Leader), p.Term, strings.Join(reps, ","))
+				leader := orNone(p.Leader)
+				if p.Asleep {
+					leader = "asleep"
+				}
+				fmt.Fprintf(a.stdout, "  %s leader=%s term=%d replicas=%s\n", p.Partition, leader, p.Term, strings.Join(reps, ","))
 			}
 			return nil
 		},

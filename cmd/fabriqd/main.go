@@ -61,6 +61,7 @@ type options struct {
 	gcHeadroom      sizeOrOff
 	segmentBytes    sizeFlag
 	retentionEvery  time.Duration
+	sleepAfter      time.Duration
 	replaceDead     time.Duration
 	autoCreate      bool
 	autoFabrics     bool
@@ -129,6 +130,7 @@ own. Stop it with SIGINT or SIGTERM.`,
 	o.segmentBytes = sizeFlag(broker.DefaultSegmentBytes)
 	f.Var(&o.segmentBytes, "segment-bytes", "size at which a partition's log starts a new segment file (e.g. 64MiB); retention deletes whole segments")
 	f.DurationVar(&o.retentionEvery, "retention-interval", 5*time.Second, "how often partition leaders apply their streams' retention, message TTL and backlog quota")
+	f.DurationVar(&o.sleepAfter, "sleep-after", broker.DefaultSleepAfter, "how long a partition stays idle (no send or ack, no producer or consumer attached) before its replicas close until it is asked for again; its first send then waits for them to open and elect (about a second); a partition holding messages under a time limit or TTL stays awake (negative: never)")
 	f.DurationVar(&o.raftHeartbeat, "raft-heartbeat-timeout", 2*time.Second, "Raft heartbeat timeout of every group, and each leader's lease: a leader whose host is lost is noticed within one to two of these (a leader whose process died, within a fraction of a second); a leader cut off from a majority steps down after one; a failed election is retried after two to four times as long, at least 2 s")
 	f.DurationVar(&o.raftSnapshots.Interval, "raft-snapshot-interval", 120*time.Second, "how often every Raft group checks whether to snapshot and compact its log")
 	f.Uint64Var(&o.raftSnapshots.Threshold, "raft-snapshot-threshold", 8192, "new entries that make a Raft group snapshot and compact its log")
@@ -237,6 +239,7 @@ func run(ctx context.Context, o options, stderr io.Writer) error {
 		MinFreeDisk:       int64(o.minFreeDisk),
 		SegmentBytes:      int64(o.segmentBytes),
 		RetentionInterval: o.retentionEvery,
+		SleepAfter:        o.sleepAfter,
 		ReplaceDeadAfter:  o.replaceDead,
 		NoAutoCreate:      !o.autoCreate,
 		AutoCreateFabrics: o.autoFabrics,
