@@ -59,6 +59,14 @@ func (h host) TransferLeadership(ctx context.Context, partition, member, addr st
 	return lp.group.TransferLeadershipTo(ctx, member, addr)
 }
 
+// Wake implements meta.Host: a copy asleep here wakes and rouses the
+// others; without one, the replicas are roused.
+func (h host) Wake(partition string) {
+	if !h.n.wakeCopy(partition, true) {
+		h.n.rouseReplicas(partition)
+	}
+}
+
 // CatalogChanged implements meta.Host: the node reconciles its partitions.
 func (h host) CatalogChanged() { h.n.requestReconcile() }
 

@@ -152,3 +152,63 @@ func TestIdlePartitionsSleepAndWake(t *testing.T) {
 	sent = append(sent, sendKeyed(ctx, t, survivors, stream, "after-kill", 12)...)
 	receiveAll(ctx, t, survivors, stream, "all", sent)
 }
+
+// A partition asleep when a node holding one of its replicas dies is
+// repaired like one awake: the metadata leader wakes it, and the dead
+// node's replica moves to a live one, with no client asking for it. Its
+// messages are all there after.
+func TestAsleepPartitionIsRepaired(t *testing.T) {
+	nodes := startCluster(t, 4, "--sleep-after", "1s", "--replace-dead-after", "3s")
+	ctx := testContext(t, 4*time.Minute)
+	c := newClient(t, urlOf(nodes...))
+	const stream, parts = "persistent://acme/sleep/repair", 2
+	if err := createStream(ctx, c, stream, parts, 3); err != nil {
+		t.Fatal(err)
+	}
+	sent := sendKeyed(ctx, t, c, stream, "before", 20)
+	placement := map[string][]string{}
+	eventually(ctx, t, "every copy asleep", func() bool {
+		asleep := 0
+		for _, cn := range nodes {
+			_, r := readiness(ctx, t, cn.node)
+			if r.Partitions != r.Asleep || partitionFilesOpen(t, cn.node) > 0 {
+				return false
+			}
+			asleep += r.Asleep
+		}
+		return asleep == 3*parts
+	})
+	st, err := c.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Partitions {
+		for _, r := range p.Replicas {
+			placement[p.Partition] = append(placement[p.Partition], r.Node)
+		}
+	}
+	victim := byID(nodes, placement[stream+"-partition-0"][0])
+	victim.kill()
+	var live []*clusterNode
+	for _, cn := range nodes {
+		if cn != victim {
+			live = append(live, cn)
+		}
+	}
+	lc := newClient(t, urlOf(live...))
+	eventually(ctx, t, "every replica of "+victim.id+" moved to a live node", func() bool {
+		st, err := lc.ClusterStatus(ctx)
+		if err != nil {
+			return false
+		}
+		for _, p := range st.Partitions {
+			for _, r := range p.Replicas {
+				if r.Node == victim.id {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	receiveAll(ctx, t, lc, stream, "after-repair", sent)
+}

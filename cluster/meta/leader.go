@@ -186,6 +186,12 @@ func (s *Service) replaceDead() {
 	load := Load(streams)
 	for _, r := range repairs {
 		if err := Settled(r.Members, r.Placement, r.Leaving, leaders[r.Name], views.of(r.Name)); err != nil {
+			if lv, ok := views.of(r.Name)[leaders[r.Name]]; !ok || !lv.Leader {
+				// No leader known, or the one known does not lead: the
+				// partition may sleep, or its leader's node be the dead
+				// one. Waking it lets the group elect and settle.
+				s.cfg.Host.Wake(r.Name)
+			}
 			s.noteOnce("unsettled "+r.Key(), true, "partition has a dead replica but has not finished its last membership change; not moving it yet",
 				"stream", r.Stream, "partition", r.Partition, "reason", err)
 			continue

@@ -73,6 +73,10 @@ type Host interface {
 	// CatalogChanged is called after every change of the catalog, and
 	// once the catalog has caught up (Current). It must not block.
 	CatalogChanged()
+	// Wake asks the replicas of a partition whose leader is not known to
+	// wake, if they sleep: the repair of a dead replica needs its
+	// leader. It must not block.
+	Wake(partition string)
 }
 
 // Config configures a node's control plane. Zero means default for the

@@ -102,6 +102,8 @@ func (h *fakeHost) LeaderOf(p string) string {
 
 func (h *fakeHost) InUse(string) bool { return false }
 
+func (h *fakeHost) Wake(string) {}
+
 func (h *fakeHost) TransferLeadership(context.Context, string, string, string) error { return nil }
 
 func (h *fakeHost) CatalogChanged() {
