@@ -30,6 +30,7 @@ var (
 	runDisks = flag.Bool("chaos.lazyfs", true, "put the nodes' data on lazyfs mounts (root, /dev/fuse) to inject power loss")
 	runFull  = flag.Bool("chaos.diskfull", true, "with lazyfs, inject disk-full faults (one node, a majority)")
 	runIdle  = flag.Int("chaos.idle", 300, "partitions of a mostly idle stream beside the busy ones (0: none)")
+	runSleep = flag.Int("chaos.sleepy", 4, "partitions of a stream whose clients come and go, so that it sleeps and wakes all along (0: none)")
 )
 
 var bin string
@@ -81,8 +82,10 @@ type summary struct {
 // TestChaos runs five workloads — a shared queue, a key_shared keyed
 // stream and a failover ordered log, each over 2 partitions, an exclusive
 // log over one, and a shared stream of asynchronous batched producers,
-// all with 3 replicas — and a sixth over hundreds of mostly idle
-// partitions (-chaos.idle) on a 5-node cluster while
+// all with 3 replicas — a sixth over hundreds of mostly idle partitions
+// (-chaos.idle), and a seventh whose clients come and go, so that its
+// partitions sleep and wake all along (-chaos.sleepy), on a 5-node
+// cluster while
 // a seeded plan kills, pauses, partitions and restarts nodes, cuts one off
 // from the clients, damages a stopped node's log segments, Raft log store
 // or Raft snapshots, and moves replicas; then heals, drains, checks the
@@ -129,7 +132,11 @@ func TestChaos(t *testing.T) {
 		// Raft snapshots are taken and compacted every few seconds, so
 		// a node back from a fault is often caught up by a snapshot, and
 		// there are snapshots to damage.
-		"--raft-snapshot-interval", "5s", "--raft-snapshot-threshold", "512", "--raft-trailing-logs", "1024")
+		"--raft-snapshot-interval", "5s", "--raft-snapshot-threshold", "512", "--raft-trailing-logs", "1024",
+		// Partitions with no client attached sleep after a moment idle:
+		// the sleepy workload's, between its clients, and any other
+		// whose clients a fault took away.
+		"--sleep-after", SleepAfter.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +204,14 @@ func TestChaos(t *testing.T) {
 	if *runIdle > 0 {
 		workloads = append(workloads, Workload{Name: "i", Stream: "persistent://chaos/jepsen/idle", Partitions: *runIdle, Mode: client.Shared,
 			Keys: 10 * *runIdle, Producers: 1, Consumers: 1, Interval: time.Second, FirstProcess: 500})
+	}
+	// A stream whose clients come and go: a producer opened for each
+	// send, every few seconds, and consumers that drain and leave, so
+	// that its partitions sleep between them and are woken, under the
+	// faults, by a client or by a repair.
+	if *runSleep > 0 {
+		workloads = append(workloads, Workload{Name: "z", Stream: "persistent://chaos/jepsen/sleepy", Partitions: *runSleep, Mode: client.Shared,
+			Keys: 4 * *runSleep, Producers: 1, Consumers: 1, Interval: 3 * SleepAfter, FirstProcess: 600, Transient: true})
 	}
 	for _, w := range workloads {
 		if err := w.Create(ctx, url); err != nil {

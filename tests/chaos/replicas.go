@@ -27,8 +27,9 @@ type ReplicasResult struct {
 	Examples   []string `json:"examples,omitempty"`
 }
 
-// WaitCaughtUp waits until every running node reports the same start and
-// next offsets for each partition of the streams it holds, and every
+// WaitCaughtUp wakes the streams and holds them awake, and waits until
+// every running node reports the same start and next offsets for each
+// partition of the streams it holds, and every
 // current replica (placement, by partition directory name, when not nil)
 // reports them: a copy closed for a while (one stopped for lack of disk
 // space waits before it opens again) is waited for.
@@ -45,6 +46,28 @@ func WaitCaughtUp(ctx context.Context, c *Cluster, streams []string, placement m
 		}
 		defer cl.Close()
 		clients[i] = cl
+	}
+	// A producer on each stream holds every partition awake, so that
+	// each copy is open to report its offsets: with no client attached,
+	// partitions sleep (--sleep-after) and their copies are closed.
+	waker, err := client.New(client.Options{URL: c.URL(), OperationTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer waker.Close()
+	for _, s := range streams {
+		for {
+			p, err := waker.CreateProducer(ctx, client.ProducerOptions{Stream: s})
+			if err == nil {
+				defer p.Close()
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("a producer to hold %s awake: %w", s, err)
+			case <-tick.C:
+			}
+		}
 	}
 	for {
 		same, views := true, map[string]string{}

@@ -34,7 +34,21 @@ type Workload struct {
 	Burst int
 	// FirstProcess numbers this workload's clients in the history.
 	FirstProcess int
+	// Transient makes the clients come and go: each producer opens a
+	// producer for each send and closes it, and each consumer subscribes
+	// every Interval, receives until nothing comes for transientQuiet,
+	// and closes; in between nothing is attached, and the partitions go
+	// to sleep (--sleep-after).
+	Transient bool
 }
+
+// SleepAfter is the --sleep-after the chaos cluster runs with: a
+// Transient workload's clients come every three of these.
+const SleepAfter = 2 * time.Second
+
+// transientQuiet is how long a transient consumer waits for a message
+// before it closes.
+const transientQuiet = time.Second
 
 // Create makes the workload's stream (3 replicas), and its tenant and
 // fabric, retrying while the cluster settles.
@@ -108,6 +122,9 @@ func (w Workload) producer(ctx context.Context, url string, h *History, i int) e
 	}
 	defer c.Close()
 	proc := w.FirstProcess + i
+	if w.Transient {
+		return w.produceTransient(ctx, c, h, i)
+	}
 	var p *client.Producer
 	for p == nil {
 		p, err = c.CreateProducer(ctx, client.ProducerOptions{Stream: w.Stream, SendTimeout: 10 * time.Second, DisableBatching: w.Burst == 0})
@@ -141,6 +158,44 @@ func (w Workload) producer(ctx context.Context, url string, h *History, i int) e
 		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		id, err := p.Send(sctx, &client.ProducerMessage{Key: key, Payload: []byte(v)})
 		cancel()
+		if err != nil {
+			h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
+			continue
+		}
+		h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
+	}
+}
+
+// produceTransient sends one message each Interval until ctx ends, each
+// through a producer opened for it and closed after.
+func (w Workload) produceTransient(ctx context.Context, c *client.Client, h *History, i int) error {
+	proc := w.FirstProcess + i
+	tick := time.NewTicker(w.Interval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		p, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: w.Stream, SendTimeout: 10 * time.Second, DisableBatching: true})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			h.Add(Op{Process: proc, Kind: Fail, F: "open", Offset: -1, Error: err.Error()})
+			continue
+		}
+		v := fmt.Sprintf("%s-%d-%d", w.Name, i, n)
+		key := ""
+		if w.Keys > 0 {
+			key = fmt.Sprint("k", n%w.Keys)
+		}
+		h.Add(Op{Process: proc, Kind: Invoke, F: "send", Value: v, Key: key, Offset: -1})
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		id, err := p.Send(sctx, &client.ProducerMessage{Key: key, Payload: []byte(v)})
+		cancel()
+		p.Close()
 		if err != nil {
 			h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
 			continue
@@ -217,6 +272,18 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 	defer c.Close()
 	name := fmt.Sprintf("%s-c%d", w.Name, i)
 	proc := w.FirstProcess + w.Producers + i
+	if w.Transient {
+		for ctx.Err() == nil {
+			if err := w.consumeOnce(ctx, c, h, name, proc); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.Interval):
+			}
+		}
+		return nil
+	}
 	var cons *client.Consumer
 	for cons == nil {
 		cons, err = c.Subscribe(ctx, client.ConsumerOptions{Stream: w.Stream, Subscription: "chaos", Type: w.Mode, Name: name,
@@ -273,6 +340,43 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 			defer func() { <-inFlight }()
 			ack()
 		})
+	}
+}
+
+// consumeOnce subscribes, receives and acks until nothing comes for
+// transientQuiet, and closes (Transient).
+func (w Workload) consumeOnce(ctx context.Context, c *client.Client, h *History, name string, proc int) error {
+	cons, err := c.Subscribe(ctx, client.ConsumerOptions{Stream: w.Stream, Subscription: "chaos", Type: w.Mode, Name: name,
+		SubscriptionInitialPosition: client.Earliest, AckWithReceipt: true, ReceiverQueueSize: receiverQueue})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		h.Add(Op{Process: proc, Kind: Fail, F: "open", Consumer: name, Offset: -1, Error: err.Error()})
+		return nil
+	}
+	defer cons.Close()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, transientQuiet)
+		m, err := cons.Receive(rctx)
+		cancel()
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", name, err)
+		}
+		v := string(m.Payload)
+		h.Add(Op{Process: proc, Kind: OK, F: "receive", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+		h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = cons.Ack(actx, m)
+		cancel()
+		kind, msg := OK, ""
+		if err != nil {
+			kind, msg = Info, err.Error()
+		}
+		h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
 	}
 }
 
