@@ -198,7 +198,7 @@ func (n *Node) openAsleep(name string, a *asleepCopy, rouse bool) {
 	close(n.changed)
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
-	n.logger.Debug("partition woken", "partition", name, "rouse", rouse)
+	n.logger.Info("partition woken", "partition", name, "for_a_client", rouse)
 	if rouse {
 		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
 		defer cancel()
