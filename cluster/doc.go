@@ -35,7 +35,11 @@
 //     followers hold entries they have not applied (their leader's next
 //     append goes; idle ones otherwise every 30 s), and which groups a
 //     node opened with no leader: each group's first member stands as soon
-//     as another voter has it open ("First elections").
+//     as another voter has it open ("First elections"). A quiet group
+//     whose followers have every entry can sleep: each member closes,
+//     leaving a mark, and the node offers its owner to wake it when
+//     another node asks anything of it (SetAsleep, Rouse; "Sleeping
+//     groups").
 //   - Acceptor: an accept loop's listener that retries failed accepts (out
 //     of descriptors) with a backoff and logs once per burst of failures;
 //     the Mux and the broker's client port both accept through one.
@@ -51,7 +55,8 @@
 //     Barrier, leadership (IsLeader, Leader, Term, WatchLeader,
 //     WaitForLeader), membership (Servers, the latest configuration;
 //     ConfigStatus, the committed one; AddVoter, AddNonvoter,
-//     RemoveServer, TransferLeadership), Snapshot, Lag, Close.
+//     RemoveServer, TransferLeadership), Snapshot, Lag, Close, and Sleep,
+//     Idle, Rouse (Asleep tells a directory's member asleep).
 //   - SnapshotStore and DirSink: a raft.SnapshotStore whose sinks can adopt
 //     a directory of hard links (a storage.Snapshot) by renaming it, and
 //     that expands it back into bytes through an ExpandFunc when the
