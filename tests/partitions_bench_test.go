@@ -25,6 +25,7 @@ var (
 	partitionsIdle  = flag.Duration("partitions.idle", 2*time.Minute, "how long the cluster stands idle while CPU, elections and memory are measured")
 	partitionsSends = flag.Int("partitions.messages", 300000, "messages of 1 KiB each throughput run sends to the busy stream")
 	partitionsKills = flag.Int("partitions.kills", 9, "leader kills in each failover run, of which the median is reported")
+	partitionsSleep = flag.Duration("partitions.sleep-after", time.Minute, "the nodes' --sleep-after: how long an idle partition waits before it sleeps (fabriqd's default is 5m; the benchmark waits for every idle partition to sleep before it measures)")
 )
 
 const (
@@ -49,7 +50,7 @@ func BenchmarkManyPartitions(b *testing.B) {
 	if *partitionsTotal < 2*busyPartitions {
 		b.Fatalf("-partitions.total %d: want at least %d", *partitionsTotal, 2*busyPartitions)
 	}
-	nodes := startCluster(b, 3)
+	nodes := startCluster(b, 3, "--sleep-after", partitionsSleep.String())
 	ctx := b.Context()
 	url := "fabriq://" + nodes[0].addr + "," + nodes[1].addr + "," + nodes[2].addr
 	// The client's retries are logged: a create that took one is slow.
@@ -101,6 +102,12 @@ func BenchmarkManyPartitions(b *testing.B) {
 		b.Logf("created %s: %d partitions in %v", s, n, time.Since(start).Round(time.Millisecond))
 	}
 	waitAllLed(ctx, b, c, want)
+	// The idle partitions go to sleep once idle for -partitions.sleep-after
+	// (cluster/DESIGN.md, "Sleeping groups"): what follows measures them
+	// asleep.
+	sleepStart := time.Now()
+	waitAsleepCopies(ctx, b, nodes, want-busyPartitions)
+	report("every idle partition asleep after its create", ms(time.Since(sleepStart)), "asleep-after-ms")
 
 	// Idle: CPU, elections, memory. An election is a follower's heartbeat
 	// timeout, as its node logs it; the terms that moved count the
@@ -162,7 +169,8 @@ func BenchmarkManyPartitions(b *testing.B) {
 	report("killed process's end, among the idle, median", ms(median(among.ended)), "among-exit-ms")
 	report("idle partition's first send, median kill to ack", ms(median(idleFirst)), "idle-first-send-ms")
 	report("idle partition's first send, max", ms(slices.Max(idleFirst)), "idle-first-send-max-ms")
-	report("idle partition's first send, producer made after the kill, median", ms(median(among.idleNewProducer)), "idle-new-producer-send-ms")
+	report("asleep partition's first send, producer made after the kill, median", ms(median(among.idleNewProducer)), "asleep-first-send-ms")
+	report("asleep partition's first send, producer made after the kill, max", ms(slices.Max(among.idleNewProducer)), "asleep-first-send-max-ms")
 
 	// SIGTERM: the node that leads the most partitions goes, its
 	// leaderships handed over.
@@ -310,10 +318,10 @@ func busyThroughputOnce(ctx context.Context, b *testing.B, c *client.Client, str
 }
 
 // failover is what failovers measured, each from the kill to an
-// acknowledged send: to the busy partition and to the idle one through
-// producers made before the kill (an application's), and to the idle one
-// through a producer made after it (which attaches to every partition of
-// its stream, the killed node's too).
+// acknowledged send: to the busy partition and to an idle one, awake,
+// through producers made before the kill (an application's), and to a
+// partition asleep through a producer made after it (which attaches to,
+// and wakes, every partition of its stream, with a node gone).
 type failover struct {
 	busy, idle, idleNewProducer []time.Duration
 	// ended is, for each kill, from the signal to the process's end: the
@@ -323,11 +331,13 @@ type failover struct {
 }
 
 // failovers kills, -partitions.kills times, a node that leads a partition
-// of busy (and, with idle streams, one of theirs) once both stood idle for
-// idleBeforeKill with producers attached, the busy one woken by a second
-// of sends right before the kill, and measures from the kill to the first
-// acknowledged send to each (sent at the same time). Each victim is
-// restarted and every partition led again before the next kill.
+// of busy (and, with idle streams, one of a stream woken for it) once both
+// stood idle for idleBeforeKill with producers attached, the busy one
+// woken by a second of sends right before the kill, and measures from the
+// kill to the first acknowledged send to each: the busy one's first, then
+// the idle one's and one to a stream asleep, at once. Each victim is
+// restarted and every partition led (or asleep) again before the next
+// kill.
 func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) failover {
 	b.Helper()
 	var out failover
@@ -346,6 +356,22 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		if tries == 5**partitionsKills {
 			b.Fatalf("%d kills of %d: the victims kept losing their leaderships while idle", kills, *partitionsKills)
 		}
+		// With idle streams: one is woken (a producer attaches to each
+		// of its partitions) so that the victim leads one of its
+		// partitions, awake and quiet; another, asleep, is woken by a
+		// producer made after the kill.
+		var awake []string
+		var asleep string
+		if len(idle) > 0 {
+			awake = []string{idle[tries%len(idle)]}
+			asleep = idle[(tries+1)%len(idle)]
+			waker, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: awake[0], SendTimeout: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			waitStreamLed(ctx, b, c, awake[0])
+			waker.Close()
+		}
 		leaders := leadersNow()
 		// The victim leads a busy partition and, with idle streams, an
 		// idle one too.
@@ -360,7 +386,7 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			if len(idle) == 0 {
 				break
 			}
-			for _, s := range idle {
+			for _, s := range awake {
 				for j := range 100 {
 					if idleIndex < 0 && leaders[fmt.Sprintf("%s-partition-%d", s, j)] == v.id {
 						idleStream, idleIndex = s, j
@@ -369,7 +395,8 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			}
 		}
 		if victim == nil || (len(idle) > 0 && idleIndex < 0) {
-			b.Fatalf("no node leads both a partition of %s and an idle one: %v", busy, leaders)
+			b.Logf("no node leads both a partition of %s and one of %v; another try", busy, awake)
+			continue
 		}
 		producer := func(stream string, index int) *client.Producer {
 			p, err := c.CreateProducer(ctx, client.ProducerOptions{
@@ -385,14 +412,14 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
-			if p == nil { // made after the kill
+			if p == nil { // made after the kill, on a stream asleep
 				var err error
 				p, err = c.CreateProducer(ctx, client.ProducerOptions{
-					Stream: idleStream, SendTimeout: time.Minute,
+					Stream: what, SendTimeout: time.Minute,
 					MessageRouter: func(*client.ProducerMessage, int) int { return index },
 				})
 				if err != nil {
-					b.Errorf("a producer of %s made after the kill: %v", idleStream, err)
+					b.Errorf("a producer of %s made after the kill: %v", what, err)
 					return
 				}
 				defer p.Close()
@@ -443,13 +470,16 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		files := openFiles(b, pid)
 		killed, ended := victim.killTimed()
 		out.ended = append(out.ended, ended.Sub(killed))
+		// The busy partition's send first, alone as it is in the run
+		// without idle partitions; then the idle ones' (their time still
+		// counts from the kill).
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go send(busy, busyP, busyIndex, &out.busy, killed, &wg)
+		send(busy, busyP, busyIndex, &out.busy, killed, &wg)
 		if idleP != nil {
 			wg.Add(2)
 			go send(idleStream, idleP, idleIndex, &out.idle, killed, &wg)
-			go send(idleStream, nil, idleIndex, &out.idleNewProducer, killed, &wg)
+			go send(asleep, nil, idleIndex, &out.idleNewProducer, killed, &wg)
 		}
 		wg.Wait()
 		b.Logf("kill %d: %s, leader of %s partition %d%s, RSS %d MiB (%d anonymous), %d open files: ended after %v, acked after %v", kills, victim.id, busy, busyIndex,
@@ -473,15 +503,46 @@ func heartbeatTimeouts(n *node) int {
 	return strings.Count(n.logs.String(), `"msg":"heartbeat timeout reached, starting election"`)
 }
 
+// waitAsleepCopies waits until every node reports at least want copies
+// asleep.
+func waitAsleepCopies(ctx context.Context, b *testing.B, nodes []*clusterNode, want int) {
+	b.Helper()
+	eventually(ctx, b, fmt.Sprintf("%d copies asleep on every node", want), func() bool {
+		for _, n := range nodes {
+			if _, r := readiness(ctx, b, n.node); r.Asleep < want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitStreamLed waits until every partition of stream has a leader.
+func waitStreamLed(ctx context.Context, b *testing.B, c *client.Client, stream string) {
+	b.Helper()
+	eventually(ctx, b, stream+" led", func() bool {
+		st, err := c.ClusterStatus(ctx)
+		if err != nil {
+			return false
+		}
+		for _, p := range st.Partitions {
+			if strings.HasPrefix(p.Partition, stream+"-partition-") && p.Leader == "" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // waitAllLed waits until the cluster reports want partitions, each with a
-// leader.
+// leader or asleep.
 func waitAllLed(ctx context.Context, b *testing.B, c *client.Client, want int) {
 	b.Helper()
 	waitLedWithout(ctx, b, c, want, "")
 }
 
 // waitLedWithout waits until the cluster reports want partitions, each
-// with a leader other than node gone.
+// with a leader other than node gone, or asleep.
 func waitLedWithout(ctx context.Context, b *testing.B, c *client.Client, want int, gone string) {
 	b.Helper()
 	eventually(ctx, b, fmt.Sprintf("%d partitions led", want), func() bool {
@@ -491,7 +552,7 @@ func waitLedWithout(ctx context.Context, b *testing.B, c *client.Client, want in
 		}
 		led := 0
 		for _, p := range st.Partitions {
-			if p.Leader != "" && p.Leader != gone {
+			if p.Asleep || p.Leader != "" && p.Leader != gone {
 				led++
 			}
 		}
