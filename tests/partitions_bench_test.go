@@ -25,11 +25,15 @@ var (
 	partitionsIdle  = flag.Duration("partitions.idle", 2*time.Minute, "how long the cluster stands idle while CPU, elections and memory are measured")
 	partitionsSends = flag.Int("partitions.messages", 300000, "messages of 1 KiB each throughput run sends to the busy stream")
 	partitionsKills = flag.Int("partitions.kills", 9, "leader kills in each failover run, of which the median is reported")
-	partitionsSleep = flag.Duration("partitions.sleep-after", time.Minute, "the nodes' --sleep-after: how long an idle partition waits before it sleeps (fabriqd's default is 5m; the benchmark waits for every idle partition to sleep before it measures)")
+	partitionsSleep = flag.Duration("partitions.sleep-after", 20*time.Second, "the nodes' --sleep-after: how long an idle partition waits before it sleeps (fabriqd's default is 5m; the benchmark waits for the idle partitions to sleep before it measures, and before each kill among them)")
 )
 
 const (
 	busyPartitions = 10
+	// awakePartitions are the idle partitions of the stream woken before
+	// each kill among the idle, so that the victim leads one of them
+	// awake: a producer attaches to every partition of its stream.
+	awakePartitions = 3
 	// idleBeforeKill is how long the partitions killed stand idle before
 	// each kill, their producers made: longer than a group takes to go
 	// quiet (cluster's quietAfter, 2 s).
@@ -83,13 +87,17 @@ func BenchmarkManyPartitions(b *testing.B) {
 	alone := failovers(ctx, b, c, nodes, busy, nil, want)
 	aloneFailover := alone.busy
 
-	// The idle partitions, in streams of 100 (the last one smaller).
+	// The idle partitions: a stream of awakePartitions, then streams of
+	// 100 (the last one smaller).
 	var creates []time.Duration
-	var idleStreams []string
-	for left, i := *partitionsTotal-busyPartitions, 0; left > 0; i++ {
+	idle := &idleSet{awake: "persistent://bench/many/idle-awake"}
+	for left, i := *partitionsTotal-busyPartitions, -1; left > 0; i++ {
 		n := min(100, left)
-		left -= n
 		s := fmt.Sprintf("persistent://bench/many/idle-%03d", i)
+		if i < 0 {
+			n, s = awakePartitions, idle.awake
+		}
+		left -= n
 		start := time.Now()
 		if err := createStream(ctx, c, s, n, 3); err != nil {
 			b.Fatalf("create %s (%d partitions): %v", s, n, err)
@@ -97,7 +105,10 @@ func BenchmarkManyPartitions(b *testing.B) {
 		if n == 100 {
 			creates = append(creates, time.Since(start))
 		}
-		idleStreams = append(idleStreams, s)
+		if i >= 0 {
+			idle.asleep = append(idle.asleep, s)
+			idle.asleepCopies += n
+		}
 		want += n
 		b.Logf("created %s: %d partitions in %v", s, n, time.Since(start).Round(time.Millisecond))
 	}
@@ -159,7 +170,7 @@ func BenchmarkManyPartitions(b *testing.B) {
 
 	// Ten busy partitions among the idle ones.
 	amongRate := busyThroughput(ctx, b, c, busy)
-	among := failovers(ctx, b, c, nodes, busy, idleStreams, want)
+	among := failovers(ctx, b, c, nodes, busy, idle, want)
 	amongFailover, idleFirst := among.busy, among.idle
 	report("busy throughput alone", aloneRate, "alone-msgs/s")
 	report("busy throughput among the idle", amongRate, "among-msgs/s")
@@ -338,7 +349,7 @@ type failover struct {
 // the idle one's and one to a stream asleep, at once. Each victim is
 // restarted and every partition led (or asleep) again before the next
 // kill.
-func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle []string, want int) failover {
+func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle *idleSet, want int) failover {
 	b.Helper()
 	var out failover
 	leadersNow := func() map[string]string {
@@ -356,21 +367,24 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		if tries == 5**partitionsKills {
 			b.Fatalf("%d kills of %d: the victims kept losing their leaderships while idle", kills, *partitionsKills)
 		}
-		// With idle streams: one is woken (a producer attaches to each
-		// of its partitions) so that the victim leads one of its
-		// partitions, awake and quiet; another, asleep, is woken by a
-		// producer made after the kill.
+		// With idle partitions: the small stream is woken (a producer
+		// attaches to each of its partitions) so that the victim leads
+		// one of them, awake and quiet; the others are asleep, as
+		// before the first kill (those a producer made after an earlier
+		// kill woke are waited for), and one stream of them is woken by
+		// a producer made after the kill.
 		var awake []string
 		var asleep string
-		if len(idle) > 0 {
-			awake = []string{idle[tries%len(idle)]}
-			asleep = idle[(tries+1)%len(idle)]
-			waker, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: awake[0], SendTimeout: time.Minute})
+		if idle != nil {
+			awake = []string{idle.awake}
+			asleep = idle.asleep[tries%len(idle.asleep)]
+			waker, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: idle.awake, SendTimeout: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
-			waitStreamLed(ctx, b, c, awake[0])
+			waitStreamLed(ctx, b, c, idle.awake)
 			waker.Close()
+			waitAsleepCopies(ctx, b, nodes, idle.asleepCopies)
 		}
 		leaders := leadersNow()
 		// The victim leads a busy partition and, with idle streams, an
@@ -383,18 +397,18 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 				continue
 			}
 			victim, busyIndex = v, i
-			if len(idle) == 0 {
+			if idle == nil {
 				break
 			}
 			for _, s := range awake {
-				for j := range 100 {
+				for j := range awakePartitions {
 					if idleIndex < 0 && leaders[fmt.Sprintf("%s-partition-%d", s, j)] == v.id {
 						idleStream, idleIndex = s, j
 					}
 				}
 			}
 		}
-		if victim == nil || (len(idle) > 0 && idleIndex < 0) {
+		if victim == nil || (idle != nil && idleIndex < 0) {
 			b.Logf("no node leads both a partition of %s and one of %v; another try", busy, awake)
 			continue
 		}
@@ -501,6 +515,14 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 // heartbeat timeout, from its log.
 func heartbeatTimeouts(n *node) int {
 	return strings.Count(n.logs.String(), `"msg":"heartbeat timeout reached, starting election"`)
+}
+
+// idleSet are the idle streams of failovers: awake, the small stream woken
+// before each kill; asleep, the others, with asleepCopies partitions.
+type idleSet struct {
+	awake        string
+	asleep       []string
+	asleepCopies int
 }
 
 // waitAsleepCopies waits until every node reports at least want copies
