@@ -74,8 +74,71 @@ func (g *Group) arrangeElection(servers []Server) {
 		}
 		return
 	}
-	if addr := addrOf[lead]; !g.tellOpened(addr) {
+	addr := addrOf[lead]
+	g.gate.toldFirst.Store(&toldFirst{addr: addr, until: time.Now().Add(firstWithin)})
+	if !g.tellOpened(addr) {
 		g.tellOpenedOnceKnown(addr)
+	}
+}
+
+// toldFirst is the first member a member told it opened its group.
+type toldFirst struct {
+	addr  string
+	until time.Time
+}
+
+// rearrange, at a tick, tells another first member that this member has
+// its group open, when the one it told is on a node found gone since and
+// the group still knows no leader: a group woken (sleep.go) a moment
+// after a node's process died, before this node found it gone, told that
+// node, while the others, which had found it gone, agreed on another
+// first member and waited for a notice until a heartbeat timeout.
+func (g *voteGate) rearrange(now time.Time, gone map[string]time.Time) {
+	t := g.toldFirst.Load()
+	if t == nil {
+		return
+	}
+	if _, ok := gone[t.addr]; !ok {
+		if now.After(t.until) {
+			g.toldFirst.CompareAndSwap(t, nil)
+		}
+		return
+	}
+	if !g.toldFirst.CompareAndSwap(t, nil) {
+		return
+	}
+	r := g.raft.Load()
+	if r == nil || r.State() != raft.Follower {
+		return
+	}
+	if addr, _ := r.LeaderWithID(); addr != "" {
+		return
+	}
+	f := r.GetConfiguration() // answered at once, from memory
+	if f.Error() != nil {
+		return
+	}
+	var alive []raft.ServerID
+	addrOf := map[raft.ServerID]string{}
+	for _, s := range f.Configuration().Servers {
+		if _, down := gone[string(s.Address)]; s.Suffrage == raft.Voter && (s.ID == g.local || !down) {
+			alive = append(alive, s.ID)
+			addrOf[s.ID] = string(s.Address)
+		}
+	}
+	if len(alive) < 2 || !slices.Contains(alive, g.local) {
+		return
+	}
+	lead := first(g.group, alive)
+	if lead == g.local {
+		g.firstUntil.Store(now.Add(firstWithin).UnixNano())
+		if g.mux.hb.takeOpened(g.group) {
+			g.standFirst()
+		}
+		return
+	}
+	if p := g.mux.hb.peer(addrOf[lead]); p != nil && g.mux.Protocol(addrOf[lead]) >= ProtocolCatchUp {
+		p.openedLater(g.group)
 	}
 }
 

@@ -442,6 +442,9 @@ func (g *voteGate) tick(now time.Time, heard map[string]bool, gone map[string]ti
 		g.tellWaking() // a woken leader that lost its leadership
 	}
 	g.quiet.wasLeader = state == raft.Leader
+	if len(gone) > 0 {
+		g.rearrange(now, gone)
+	}
 	under := g.quietUnder()
 	g.closeQuietStreams(now, under, state == raft.Follower)
 	if under == "" {

@@ -17,6 +17,8 @@ type sleepOwner struct {
 	t         *testing.T
 	node      *testNode
 	keepAwake bool
+	// noWake: the owner declines to wake its members when asked.
+	noWake bool
 	// timings are the Raft timings of the members it opens
 	// (heartbeatTimings when nil).
 	timings func(*GroupConfig)
@@ -76,7 +78,7 @@ func (o *sleepOwner) sleep(group string) {
 func (o *sleepOwner) wake(group string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.asleep[group] {
+	if !o.asleep[group] || o.noWake {
 		return false
 	}
 	delete(o.asleep, group)
@@ -315,4 +317,70 @@ func TestGroupSleepsOnlyWhenQuietAndCaughtUp(t *testing.T) {
 			t.Errorf("%s holds a sleep mark", o.node.id)
 		}
 	}
+}
+
+// A group woken on two members whose first member's node goes a moment
+// later — after they told it they had the group open — elects through
+// its first election's notices all the same: once their nodes find that
+// node gone, they agree on another first member. Timeouts of a minute
+// make the notices the only way to elect.
+func TestWokenGroupElectsWhenItsFirstMembersNodeGoes(t *testing.T) {
+	nodes := quietNodes(t, 300*time.Millisecond, 10*time.Second)
+	var owners []*sleepOwner
+	for _, n := range nodes {
+		owners = append(owners, newSleepOwner(t, n))
+	}
+	const group = "orphaned"
+	gs := startSleepyGroup(t, owners, group)
+	applyAll(t, gs, "a")
+	waitQuiet(t, nodes, 1)
+	putToSleep(t, owners, gs)
+	eventually(t, 10*time.Second, "every member asleep", func() bool {
+		for _, o := range owners {
+			if !o.isAsleep(group) {
+				return false
+			}
+		}
+		return true
+	})
+	var ids []raft.ServerID
+	for _, n := range nodes {
+		ids = append(ids, raft.ServerID(n.id))
+	}
+	var firstOwner *sleepOwner
+	var rest []*sleepOwner
+	for _, o := range owners {
+		o.mu.Lock()
+		o.timings = slowTimings(time.Minute)
+		o.mu.Unlock()
+		if raft.ServerID(o.node.id) == first(group, ids) {
+			firstOwner = o
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	// The first member's node stays up but does not wake it: the others
+	// tell it they have the group open, and wait.
+	firstOwner.mu.Lock()
+	firstOwner.noWake = true
+	firstOwner.mu.Unlock()
+	var woken []*testGroup
+	for _, o := range rest {
+		o.mu.Lock()
+		delete(o.asleep, group)
+		o.mu.Unlock()
+		woken = append(woken, o.open(group))
+	}
+	for _, g := range woken {
+		if id, _ := g.Leader(); id != "" {
+			t.Fatalf("a leader before the first member's node went: %s", id)
+		}
+	}
+	// Now its process goes: its port refuses.
+	if err := firstOwner.node.mux.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, woken)
+	applyAll(t, woken, "b")
+	waitEntries(t, woken, []string{"a", "b"})
 }

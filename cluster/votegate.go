@@ -87,6 +87,10 @@ type voteGate struct {
 	// arranged is set once the group arranged its first election
 	// (arrangeElection, settled).
 	arranged atomic.Bool
+	// toldFirst, while this member waits for the first member it told
+	// to stand: that member's Raft address, and until when it waits
+	// (rearrange).
+	toldFirst atomic.Pointer[toldFirst]
 	// standing is set while a TimeoutNow handed over by the gate (a gone
 	// leader's successor, or a follower standing over a lagging one)
 	// waits for Raft to take it (successor.go).
