@@ -108,6 +108,9 @@ type Node struct {
 	// replicas to wake.
 	asleep map[string]*asleepCopy
 	rouse  rousers
+	// closing holds a token per copy going to sleep at its leader's word
+	// (offerSleep).
+	closing chan struct{}
 }
 
 // haltedCopy is a partition whose state machine stopped on this node.
@@ -167,6 +170,7 @@ func NewNode(cfg Config) (*Node, error) {
 		}),
 		halted:   map[string]*haltedCopy{},
 		asleep:   map[string]*asleepCopy{},
+		closing:  make(chan struct{}, partitionsAtOnce),
 		haltWait: map[string]time.Duration{},
 		changed:  make(chan struct{}),
 		disk:     newDiskReserve(cfg.DataDir, cfg.MinFreeDisk, cfg.Logger.With("node", cfg.NodeID)),

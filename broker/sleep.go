@@ -155,6 +155,15 @@ func (n *Node) offerSleep(name string) {
 	n.mu.Unlock()
 	go func() {
 		defer n.wg.Done()
+		// A leader puts a third of a node's partitions to sleep at once
+		// at times: their copies here close partitionsAtOnce at a time,
+		// as they open.
+		select {
+		case n.closing <- struct{}{}:
+		case <-n.stop:
+			return
+		}
+		defer func() { <-n.closing }()
 		n.sleepCopy(lp)
 	}()
 }
