@@ -147,23 +147,29 @@ func (w Workload) producer(ctx context.Context, url string, h *History, i int) e
 			return nil
 		case <-tick.C:
 		}
-		v := fmt.Sprintf("%s-%d-%d", w.Name, i, n)
-		key := ""
-		if w.Keys > 0 {
-			key = fmt.Sprint("k", n%w.Keys)
-		}
-		h.Add(Op{Process: proc, Kind: Invoke, F: "send", Value: v, Key: key, Offset: -1})
-		// A send is given its own bound, not ctx: a send cut short by
-		// the end of the run would be recorded as unknown for nothing.
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		id, err := p.Send(sctx, &client.ProducerMessage{Key: key, Payload: []byte(v)})
-		cancel()
-		if err != nil {
-			h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
-			continue
-		}
-		h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
+		w.sendOne(h, p, i, n)
 	}
+}
+
+// sendOne sends producer i's n-th message through p and records it.
+func (w Workload) sendOne(h *History, p *client.Producer, i, n int) {
+	proc := w.FirstProcess + i
+	v := fmt.Sprintf("%s-%d-%d", w.Name, i, n)
+	key := ""
+	if w.Keys > 0 {
+		key = fmt.Sprint("k", n%w.Keys)
+	}
+	h.Add(Op{Process: proc, Kind: Invoke, F: "send", Value: v, Key: key, Offset: -1})
+	// A send is given its own bound, not ctx: a send cut short by the end
+	// of the run would be recorded as unknown for nothing.
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	id, err := p.Send(sctx, &client.ProducerMessage{Key: key, Payload: []byte(v)})
+	cancel()
+	if err != nil {
+		h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
+		return
+	}
+	h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
 }
 
 // produceTransient sends one message each Interval until ctx ends, each
@@ -186,21 +192,8 @@ func (w Workload) produceTransient(ctx context.Context, c *client.Client, h *His
 			h.Add(Op{Process: proc, Kind: Fail, F: "open", Offset: -1, Error: err.Error()})
 			continue
 		}
-		v := fmt.Sprintf("%s-%d-%d", w.Name, i, n)
-		key := ""
-		if w.Keys > 0 {
-			key = fmt.Sprint("k", n%w.Keys)
-		}
-		h.Add(Op{Process: proc, Kind: Invoke, F: "send", Value: v, Key: key, Offset: -1})
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		id, err := p.Send(sctx, &client.ProducerMessage{Key: key, Payload: []byte(v)})
-		cancel()
+		w.sendOne(h, p, i, n)
 		p.Close()
-		if err != nil {
-			h.Add(Op{Process: proc, Kind: Info, F: "send", Value: v, Key: key, Offset: -1, Error: err.Error()})
-			continue
-		}
-		h.Add(Op{Process: proc, Kind: OK, F: "send", Value: v, Key: key, Partition: id.Partition, Offset: int64(id.Offset)})
 	}
 }
 
@@ -316,17 +309,7 @@ func (w Workload) consumer(ctx context.Context, url string, h *History, i int) e
 		}
 		v := string(m.Payload)
 		h.Add(Op{Process: proc, Kind: OK, F: "receive", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
-		ack := func() {
-			h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
-			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := cons.Ack(actx, m)
-			cancel()
-			kind, msg := OK, ""
-			if err != nil {
-				kind, msg = Info, err.Error()
-			}
-			h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
-		}
+		ack := func() { ackOne(ctx, h, cons, m, proc, name) }
 		if w.Burst == 0 {
 			ack()
 			continue
@@ -366,18 +349,23 @@ func (w Workload) consumeOnce(ctx context.Context, c *client.Client, h *History,
 		if err != nil {
 			return fmt.Errorf("consumer %s: %w", name, err)
 		}
-		v := string(m.Payload)
-		h.Add(Op{Process: proc, Kind: OK, F: "receive", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
-		h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = cons.Ack(actx, m)
-		cancel()
-		kind, msg := OK, ""
-		if err != nil {
-			kind, msg = Info, err.Error()
-		}
-		h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
+		h.Add(Op{Process: proc, Kind: OK, F: "receive", Value: string(m.Payload), Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+		ackOne(ctx, h, cons, m, proc, name)
 	}
+}
+
+// ackOne acknowledges m and records the ack and its outcome.
+func ackOne(ctx context.Context, h *History, cons *client.Consumer, m *client.Message, proc int, name string) {
+	v := string(m.Payload)
+	h.Add(Op{Process: proc, Kind: Invoke, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name})
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := cons.Ack(actx, m)
+	cancel()
+	kind, msg := OK, ""
+	if err != nil {
+		kind, msg = Info, err.Error()
+	}
+	h.Add(Op{Process: proc, Kind: kind, F: "ack", Value: v, Key: m.Key, Partition: m.ID.Partition, Offset: int64(m.ID.Offset), Consumer: name, Error: msg})
 }
 
 // maxAcksInFlight bounds the acks one consumer of an asynchronous
