@@ -172,19 +172,28 @@ func putToSleep(t *testing.T, owners []*sleepOwner, gs []*testGroup) {
 	}
 }
 
-// A quiet group sleeps on every member: each closes, and keeps a mark
-// that says so. Asked for on one node, it wakes on all, elects, keeps
-// every entry and commits new ones; the marks are gone.
-func TestQuietGroupSleepsAndWakes(t *testing.T) {
-	nodes := quietNodes(t, 300*time.Millisecond, 10*time.Second)
+// sleepyGroup starts three nodes whose groups go quiet after 300 ms, with
+// quiet followers given followerTimeout, an owner on each, and group on
+// them with entries applied, quiet.
+func sleepyGroup(t *testing.T, followerTimeout time.Duration, group string, entries ...string) ([]*testNode, []*sleepOwner, []*testGroup) {
+	t.Helper()
+	nodes := quietNodes(t, 300*time.Millisecond, followerTimeout)
 	var owners []*sleepOwner
 	for _, n := range nodes {
 		owners = append(owners, newSleepOwner(t, n))
 	}
-	const group = "sleepy"
 	gs := startSleepyGroup(t, owners, group)
-	applyAll(t, gs, "a", "b", "c")
+	applyAll(t, gs, entries...)
 	waitQuiet(t, nodes, 1)
+	return nodes, owners, gs
+}
+
+// A quiet group sleeps on every member: each closes, and keeps a mark
+// that says so. Asked for on one node, it wakes on all, elects, keeps
+// every entry and commits new ones; the marks are gone.
+func TestQuietGroupSleepsAndWakes(t *testing.T) {
+	const group = "sleepy"
+	nodes, owners, gs := sleepyGroup(t, 10*time.Second, group, "a", "b", "c")
 
 	putToSleep(t, owners, gs)
 	eventually(t, 10*time.Second, "every member asleep", func() bool {
@@ -248,15 +257,8 @@ func TestQuietGroupSleepsAndWakes(t *testing.T) {
 // awake) campaigns once its leader's silence outlasts its timeout: its
 // vote requests wake the others, and the group elects and commits.
 func TestAwakeFollowerWakesItsGroup(t *testing.T) {
-	nodes := quietNodes(t, 300*time.Millisecond, 2*time.Second)
-	var owners []*sleepOwner
-	for _, n := range nodes {
-		owners = append(owners, newSleepOwner(t, n))
-	}
 	const group = "restless"
-	gs := startSleepyGroup(t, owners, group)
-	applyAll(t, gs, "a")
-	waitQuiet(t, nodes, 1)
+	_, owners, gs := sleepyGroup(t, 2*time.Second, group, "a")
 	leader := waitLeader(t, gs)
 	var awake *sleepOwner
 	for _, o := range owners {
@@ -325,15 +327,8 @@ func TestGroupSleepsOnlyWhenQuietAndCaughtUp(t *testing.T) {
 // node gone, they agree on another first member. Timeouts of a minute
 // make the notices the only way to elect.
 func TestWokenGroupElectsWhenItsFirstMembersNodeGoes(t *testing.T) {
-	nodes := quietNodes(t, 300*time.Millisecond, 10*time.Second)
-	var owners []*sleepOwner
-	for _, n := range nodes {
-		owners = append(owners, newSleepOwner(t, n))
-	}
 	const group = "orphaned"
-	gs := startSleepyGroup(t, owners, group)
-	applyAll(t, gs, "a")
-	waitQuiet(t, nodes, 1)
+	nodes, owners, gs := sleepyGroup(t, 10*time.Second, group, "a")
 	putToSleep(t, owners, gs)
 	eventually(t, 10*time.Second, "every member asleep", func() bool {
 		for _, o := range owners {
