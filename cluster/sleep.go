@@ -66,22 +66,11 @@ func wakeMark(dir string) error {
 // writeSleepMark writes dir's sleep mark durably, naming the term, last
 // entry and leader the member slept at (for people reading the directory).
 func writeSleepMark(dir string, term, index uint64, leader raft.ServerID) error {
-	p := filepath.Join(dir, sleepMarkFile)
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
+	mark := fmt.Sprintf("asleep since %s: term %d, last entry %d, leader %s\n", time.Now().UTC().Format(time.RFC3339), term, index, leader)
+	if err := writeFileSync(filepath.Join(dir, sleepMarkFile), []byte(mark)); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(f, "asleep since %s: term %d, last entry %d, leader %s\n", time.Now().UTC().Format(time.RFC3339), term, index, leader)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	return err
+	return syncDir(dir)
 }
 
 // hbSleep tells a follower's node that the follower's leader put the group
