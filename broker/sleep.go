@@ -234,7 +234,7 @@ func (n *Node) asleepLocked(open []string, placed map[string]meta.Assignment) (k
 		case placed[name].Member != a.member:
 			delete(n.asleep, name) // a new member: its own copy opens
 			keep = append(keep, name)
-		case !sameMembers(placed[name].Members, a.members):
+		case !meta.SameMembers(placed[name].Members, a.members):
 			wake = append(wake, name)
 		}
 	}
@@ -248,13 +248,6 @@ func (n *Node) asleepLocked(open []string, placed map[string]meta.Assignment) (k
 		}
 	}
 	return keep, wake, gone
-}
-
-func sameMembers(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
 }
 
 // asleepHere reports whether this node's copy of a partition sleeps (or is

@@ -180,7 +180,7 @@ func Settled(want, placement, except []string, leader string, views map[string]V
 	case lv.Members == nil:
 		return fmt.Errorf("its leader %s has no committed configuration without a change in flight", leader)
 	}
-	if !sameMembers(lv.Members, want) {
+	if !SameMembers(lv.Members, want) {
 		return fmt.Errorf("its members are %v, the catalog places %v", lv.Members, want)
 	}
 	for _, node := range placement {
@@ -191,15 +191,15 @@ func Settled(want, placement, except []string, leader string, views map[string]V
 		if !ok {
 			return fmt.Errorf("node %s did not answer", node)
 		}
-		if !sameMembers(v.Members, want) {
+		if !SameMembers(v.Members, want) {
 			return fmt.Errorf("node %s has not caught up with the group's members (it has %v)", node, v.Members)
 		}
 	}
 	return nil
 }
 
-// sameMembers reports whether a and b hold the same ids, in any order.
-func sameMembers(a, b []string) bool {
+// SameMembers reports whether a and b hold the same ids, in any order.
+func SameMembers(a, b []string) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)
 	slices.Sort(b)
