@@ -574,28 +574,34 @@ type hbNotes struct {
 // wakeLater tells the node's quiet followers of group to wake, with the
 // next round (a ping at the latest).
 func (p *hbPeer) wakeLater(group string) {
-	p.mu.Lock()
-	p.notes.wake = append(p.notes.wake, group)
-	p.mu.Unlock()
+	p.note(func(n *hbNotes) { n.wake = append(n.wake, group) }, false)
 }
 
 // wokeLater tells the node that group's follower here woke, with the next
 // round (a ping at the latest).
 func (p *hbPeer) wokeLater(group string) {
-	p.mu.Lock()
-	p.notes.woke = append(p.notes.woke, group)
-	p.mu.Unlock()
+	p.note(func(n *hbNotes) { n.woke = append(n.woke, group) }, false)
 }
 
 // openedLater tells the node, with a round within the heartbeat window,
 // that group's member here opened it with no leader known: the group's
 // first member there stands (elect.go).
 func (p *hbPeer) openedLater(group string) {
-	p.mu.Lock()
-	p.notes.opened = append(p.notes.opened, group)
-	p.mu.Unlock()
 	// Within the window, not at the next ping: a first election waits
 	// on it.
+	p.note(func(n *hbNotes) { n.opened = append(n.opened, group) }, true)
+}
+
+// note adds to what the next round tells (add runs under the peer's
+// lock); with soon, that round leaves within the heartbeat window rather
+// than with the next ping.
+func (p *hbPeer) note(add func(*hbNotes), soon bool) {
+	p.mu.Lock()
+	add(&p.notes)
+	p.mu.Unlock()
+	if !soon {
+		return
+	}
 	select {
 	case p.wake <- struct{}{}:
 	default:

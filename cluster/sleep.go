@@ -278,21 +278,13 @@ func (h *heartbeats) sleepNoted(n hbSleep) {
 // sleepLater tells the node, with the next round, that its member of a
 // group was put to sleep by its leader here.
 func (p *hbPeer) sleepLater(n hbSleep) {
-	p.mu.Lock()
-	p.notes.sleep = append(p.notes.sleep, n)
-	p.mu.Unlock()
+	p.note(func(ns *hbNotes) { ns.sleep = append(ns.sleep, n) }, false)
 }
 
 // rouseLater asks the node, with a round within the heartbeat window, to
 // wake its member of group.
 func (p *hbPeer) rouseLater(group string) {
-	p.mu.Lock()
-	p.notes.rouse = append(p.notes.rouse, group)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	p.note(func(n *hbNotes) { n.rouse = append(n.rouse, group) }, true)
 }
 
 // SetAsleep gives the mux the function that wakes a group this node holds
