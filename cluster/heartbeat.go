@@ -501,7 +501,11 @@ func (h *heartbeats) beat(g *voteGate, addr, member string, args *raft.AppendEnt
 		return false, fmt.Errorf("cluster: heartbeat to %s: member %s of group %s is at term %d, this leader at %d", addr, member, group, o.res.Term, args.Term)
 	}
 	if o.res.Success {
-		g.sawFollower(raft.ServerID(member), args.Term, o.res.LastLog, o.res.Behind)
+		if g.quiet.leading.Load() {
+			// Only a quiet leader may sleep (sleep.go): a busy one's
+			// heartbeats record nothing.
+			g.sawFollower(raft.ServerID(member), args.Term, o.res.LastLog, o.res.Behind)
+		}
 		// A follower that holds entries it has not applied, or fewer
 		// than this leader (one whose log was lost), needs an append:
 		// an idle group sends none otherwise (pipeline.go).
