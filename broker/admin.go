@@ -96,7 +96,7 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 	if !here && n.wakeCopy(name, true) {
 		return nil, asleepError(name)
 	}
-	if lp, ok := n.partition(name); ok && lp.group.LeaderGone() {
+	if here && lp.group.LeaderGone() {
 		// Its followers here are electing the successor: the client
 		// would only find the old leader's port closed.
 		return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s: the process of its leader's node is gone; a new leader is being elected", name)
@@ -117,7 +117,7 @@ func (n *Node) lookup(name string) (*transport.LookupResult, error) {
 			return &transport.LookupResult{Address: info.ClientAddr, NodeID: id}, nil
 		}
 	}
-	if _, ok := n.partition(name); ok {
+	if here {
 		return nil, wire.Errorf(transport.CodeServiceNotReady, "partition %s has no leader yet", name)
 	}
 	return nil, n.notHere(name)
