@@ -192,21 +192,27 @@ func (n *Node) wakeCopy(name string, rouse bool) bool {
 // openAsleep opens an asleep copy (wakeCopy).
 func (n *Node) openAsleep(name string, a *asleepCopy, rouse bool) {
 	lp, err := n.openPartition(name, a.member, nil, nil, false, nil, false)
-	n.mu.Lock()
-	delete(n.asleep, name) // reconcile opens it again if this failed
-	n.mu.Unlock()
 	if err != nil {
+		n.mu.Lock()
+		delete(n.asleep, name) // reconcile opens it again
+		n.mu.Unlock()
 		n.openFailed(name, a.member, err)
 		n.requestReconcile()
 		return
 	}
-	if !n.keep(n.partitions, lp) {
+	// Forgotten asleep only once it runs: in between, reconcile would
+	// find it neither, and open it a second time.
+	kept := n.keep(n.partitions, lp)
+	n.mu.Lock()
+	delete(n.asleep, name)
+	if kept {
+		close(n.changed)
+		n.changed = make(chan struct{})
+	}
+	n.mu.Unlock()
+	if !kept {
 		return
 	}
-	n.mu.Lock()
-	close(n.changed)
-	n.changed = make(chan struct{})
-	n.mu.Unlock()
 	n.logger.Info("partition woken", "partition", name, "for_a_client", rouse)
 	if rouse {
 		ctx, cancel := context.WithTimeout(n.ctx, applyTimeout)
