@@ -31,8 +31,9 @@ var (
 const (
 	busyPartitions = 10
 	// awakePartitions are the idle partitions of the stream woken before
-	// each kill among the idle, so that the victim leads one of them
-	// awake: a producer attaches to every partition of its stream.
+	// each kill of the idle partitions' failovers, so that the victim
+	// leads one of them awake: a producer attaches to every partition of
+	// its stream.
 	awakePartitions = 3
 	// idleBeforeKill is how long the partitions killed stand idle before
 	// each kill, their producers made: longer than a group takes to go
@@ -44,8 +45,8 @@ const (
 // partitions on 3 replicas (every node holds a replica of each) and reports
 // the figures of BENCHMARKS.md, "Many idle partitions": stream create
 // time, idle CPU, elections and memory, 10 busy partitions' throughput and
-// failover alone and among the idle ones, the first send to an idle
-// partition whose leader's node was killed (through a producer made
+// failover alone and among the idle ones (asleep), the first send to an
+// idle partition whose leader's node was killed (through a producer made
 // before the kill, and through one made after it), SIGTERM to exit with the
 // leaderships handed over, and a restart of every node until every
 // partition is led again. It runs once, whatever b.N: run it with
@@ -84,8 +85,8 @@ func BenchmarkManyPartitions(b *testing.B) {
 	want := busyPartitions
 	waitAllLed(ctx, b, c, want)
 	aloneRate := busyThroughput(ctx, b, c, busy)
-	alone := failovers(ctx, b, c, nodes, busy, nil, want)
-	aloneFailover := alone.busy
+	restartEach(ctx, b, c, nodes, want)
+	alone := failovers(ctx, b, c, nodes, busy, busyPartitions, true, 0, want)
 
 	// The idle partitions: a stream of awakePartitions, then streams of
 	// 100 (the last one smaller).
@@ -170,12 +171,15 @@ func BenchmarkManyPartitions(b *testing.B) {
 
 	// Ten busy partitions among the idle ones.
 	amongRate := busyThroughput(ctx, b, c, busy)
-	among := failovers(ctx, b, c, nodes, busy, idle, want)
-	amongFailover, idleFirst := among.busy, among.idle
+	restartEach(ctx, b, c, nodes, want)
+	among := failovers(ctx, b, c, nodes, busy, busyPartitions, true, idle.asleepCopies, want)
+	// An idle partition, awake, whose leader's node was killed: kills of
+	// their own.
+	idleFirst := failovers(ctx, b, c, nodes, idle.awake, awakePartitions, false, idle.asleepCopies, want).acked
 	report("busy throughput alone", aloneRate, "alone-msgs/s")
 	report("busy throughput among the idle", amongRate, "among-msgs/s")
-	report("busy failover alone, median kill to ack", ms(median(aloneFailover)), "alone-failover-ms")
-	report("busy failover among the idle, median", ms(median(amongFailover)), "among-failover-ms")
+	report("busy failover alone, median kill to ack", ms(median(alone.acked)), "alone-failover-ms")
+	report("busy failover among the idle, median", ms(median(among.acked)), "among-failover-ms")
 	report("killed process's end, alone, median kill to exit", ms(median(alone.ended)), "alone-exit-ms")
 	report("killed process's end, among the idle, median", ms(median(among.ended)), "among-exit-ms")
 	report("idle partition's first send, median kill to ack", ms(median(idleFirst)), "idle-first-send-ms")
@@ -247,25 +251,6 @@ func BenchmarkManyPartitions(b *testing.B) {
 	report("restart of every node to every partition led", ms(time.Since(start)), "restart-led-ms")
 }
 
-// idleNote names the idle partition a kill measured, if any.
-func idleNote(stream string, index int) string {
-	if index < 0 {
-		return ""
-	}
-	return fmt.Sprintf(" and %s partition %d", stream, index)
-}
-
-// lastOf returns the last duration of each non-empty list, rounded.
-func lastOf(lists ...[]time.Duration) []time.Duration {
-	var out []time.Duration
-	for _, l := range lists {
-		if len(l) > 0 {
-			out = append(out, l[len(l)-1].Round(time.Millisecond))
-		}
-	}
-	return out
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func median(ds []time.Duration) time.Duration {
@@ -329,36 +314,28 @@ func busyThroughputOnce(ctx context.Context, b *testing.B, c *client.Client, str
 	return float64(*partitionsSends) / time.Since(start).Seconds()
 }
 
-// failover is what failovers measured, each from the kill to an
-// acknowledged send: to the busy partition and to an idle one, awake,
-// through producers made before the kill (an application's).
+// failover is what failovers measured.
 type failover struct {
-	busy, idle []time.Duration
+	// acked is, for each kill, from the signal to the first acknowledged
+	// send through a producer made before the kill (an application's).
+	acked []time.Duration
 	// ended is, for each kill, from the signal to the process's end: the
 	// kernel unmapping its memory before it closes its sockets, which
 	// nothing can notice sooner. The figures above count from the signal.
 	ended []time.Duration
 }
 
-// failovers kills, -partitions.kills times, a node that leads a partition
-// of busy (and, with idle streams, one of a stream woken for it) once both
-// stood idle for idleBeforeKill with producers attached, the busy one
-// woken by a second of sends right before the kill, and measures from the
-// kill to the first acknowledged send to each: the busy one's first, then
-// the idle one's. Each victim is restarted and every partition led (or
-// asleep) again before the next kill.
-//
-// Every node is restarted once first, one at a time. The throughput runs
-// before leave each node holding the pages of its busy partitions' logs
-// mapped, 60-75 MiB a partition, which the kernel unmaps before a killed
-// process's sockets close: a node killed before its first restart ended
-// in 10 ms, one restarted since in 5. Which nodes still held them came
-// from the victims chosen (a victim among the idle must also lead an
-// awake idle partition), not from the idle partitions; restarted, every
-// victim of both series has run the same since its start.
-func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, busy string, idle *idleSet, want int) failover {
+// restartEach restarts every node, one at a time, each once every
+// partition is led (or asleep) again. The busy failover series start with
+// it. The throughput runs before leave each node holding the pages of its
+// busy partitions' logs mapped, 60-75 MiB a partition, which the kernel
+// unmaps before a killed process's sockets close: a node killed before
+// its first restart since ended after 10 ms, one restarted since after 5.
+// Which victims still held them came from the victims chosen, not from
+// the idle partitions; restarted, every victim of both series has run the
+// same since its start.
+func restartEach(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, want int) {
 	b.Helper()
-	var out failover
 	for _, n := range nodes {
 		if err := n.stop(); err != nil {
 			b.Fatal(err)
@@ -366,6 +343,25 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		n.restart(b)
 		waitAllLed(ctx, b, c, want)
 	}
+}
+
+// failovers kills, -partitions.kills times, a node that leads a partition
+// of stream (of partitions) once it stood idle for idleBeforeKill with a
+// producer attached, and measures from the kill to that producer's first
+// acknowledged send. A busy stream's partition is awake when its leader
+// goes, as a busy partition is: a second of sends right before the kill.
+// An idle stream is woken first (a producer attaches to each of its
+// partitions, then leaves): the partition killed is awake and quiet. With
+// asleepCopies, every node has that many copies asleep before each kill,
+// as before the first. Each victim is restarted and every partition led
+// (or asleep) again before the next kill.
+//
+// A kill costs the other nodes an election for each group the victim led
+// awake: the busy partitions' series leave the idle ones asleep, so that
+// alone and among the idle a victim leads the same awake groups.
+func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clusterNode, stream string, partitions int, busy bool, asleepCopies, want int) failover {
+	b.Helper()
+	var out failover
 	leadersNow := func() map[string]string {
 		st, err := c.ClusterStatus(ctx)
 		if err != nil {
@@ -379,76 +375,41 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 	}
 	for kills, tries := 0, 0; kills < *partitionsKills; tries++ {
 		if tries == 5**partitionsKills {
-			b.Fatalf("%d kills of %d: the victims kept losing their leaderships while idle", kills, *partitionsKills)
+			b.Fatalf("%d kills of %d: the victims kept losing their leaderships of %s while idle", kills, *partitionsKills, stream)
 		}
-		// With idle partitions: the small stream is woken (a producer
-		// attaches to each of its partitions) so that the victim leads
-		// one of them, awake and quiet; the others are asleep, as
-		// before the first kill.
-		var awake []string
-		if idle != nil {
-			awake = []string{idle.awake}
-			waker, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: idle.awake, SendTimeout: time.Minute})
+		if !busy {
+			waker, err := c.CreateProducer(ctx, client.ProducerOptions{Stream: stream, SendTimeout: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
-			waitStreamLed(ctx, b, c, idle.awake)
+			waitStreamLed(ctx, b, c, stream)
 			waker.Close()
-			waitAsleepCopies(ctx, b, nodes, idle.asleepCopies)
+		}
+		if asleepCopies > 0 {
+			waitAsleepCopies(ctx, b, nodes, asleepCopies)
 		}
 		leaders := leadersNow()
-		// The victim leads a busy partition and, with idle streams, an
-		// idle one too.
 		var victim *clusterNode
-		busyIndex, idleStream, idleIndex := -1, "", -1
-		for i := 0; i < busyPartitions && idleIndex < 0; i++ {
-			v := byID(nodes, leaders[fmt.Sprintf("%s-partition-%d", busy, i)])
-			if v == nil {
-				continue
-			}
-			victim, busyIndex = v, i
-			if idle == nil {
-				break
-			}
-			for _, s := range awake {
-				for j := range awakePartitions {
-					if idleIndex < 0 && leaders[fmt.Sprintf("%s-partition-%d", s, j)] == v.id {
-						idleStream, idleIndex = s, j
-					}
-				}
+		index := -1
+		for i := 0; i < partitions && victim == nil; i++ {
+			if v := byID(nodes, leaders[fmt.Sprintf("%s-partition-%d", stream, i)]); v != nil {
+				victim, index = v, i
 			}
 		}
-		if victim == nil || (idle != nil && idleIndex < 0) {
-			b.Logf("no node leads both a partition of %s and one of %v; another try", busy, awake)
+		if victim == nil {
+			b.Logf("no partition of %s led; another try", stream)
 			continue
 		}
-		producer := func(stream string, index int) *client.Producer {
-			p, err := c.CreateProducer(ctx, client.ProducerOptions{
-				Stream: stream, SendTimeout: time.Minute,
-				MessageRouter: func(*client.ProducerMessage, int) int { return index },
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return p
-		}
-		send := func(what string, p *client.Producer, index int, out *[]time.Duration, killed time.Time, wg *sync.WaitGroup) {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer cancel()
-			if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("after the kill")}); err != nil {
-				b.Errorf("first send to %s partition %d after its leader's node was killed: %v", what, index, err)
-				return
-			}
-			*out = append(*out, time.Since(killed))
-		}
-		busyP := producer(busy, busyIndex)
-		var idleP *client.Producer
-		if idleIndex >= 0 {
-			idleP = producer(idleStream, idleIndex)
+		name := fmt.Sprintf("%s-partition-%d", stream, index)
+		p, err := c.CreateProducer(ctx, client.ProducerOptions{
+			Stream: stream, SendTimeout: time.Minute,
+			MessageRouter: func(*client.ProducerMessage, int) int { return index },
+		})
+		if err != nil {
+			b.Fatal(err)
 		}
 		// Attaching a producer wakes its partition's group: the kill
-		// comes once the groups are idle again, as an application's
+		// comes once the group is idle again, as an application's
 		// producers are between sends. A leadership that moved meanwhile
 		// (the leader balancing) makes this try start over.
 		select {
@@ -456,22 +417,16 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		case <-ctx.Done():
 			b.Fatal(ctx.Err())
 		}
-		now := leadersNow()
-		if now[fmt.Sprintf("%s-partition-%d", busy, busyIndex)] != victim.id ||
-			(idleIndex >= 0 && now[fmt.Sprintf("%s-partition-%d", idleStream, idleIndex)] != victim.id) {
-			busyP.Close()
-			if idleP != nil {
-				idleP.Close()
-			}
+		if leadersNow()[name] != victim.id {
+			p.Close()
 			continue
 		}
-		// The busy partition is awake when its leader goes, as a busy
-		// partition is: sends for a second right before the kill, long
-		// enough for its followers to have taken their leader's first
-		// heartbeats since it woke (cluster/DESIGN.md, "Quiet groups").
-		for start := time.Now(); time.Since(start) < time.Second; {
-			if _, err := busyP.Send(ctx, &client.ProducerMessage{Payload: []byte("before the kill")}); err != nil {
-				b.Fatalf("a send to %s partition %d before the kill: %v", busy, busyIndex, err)
+		// Long enough for the followers to have taken their leader's
+		// first heartbeats since it woke (cluster/DESIGN.md, "Quiet
+		// groups").
+		for start := time.Now(); busy && time.Since(start) < time.Second; {
+			if _, err := p.Send(ctx, &client.ProducerMessage{Payload: []byte("before the kill")}); err != nil {
+				b.Fatalf("a send to %s before the kill: %v", name, err)
 			}
 		}
 		kills++
@@ -482,25 +437,16 @@ func failovers(ctx context.Context, b *testing.B, c *client.Client, nodes []*clu
 		files := openFiles(b, pid)
 		killed, ended := victim.killTimed()
 		out.ended = append(out.ended, ended.Sub(killed))
-		// The busy partition's send first, alone as it is in the run
-		// without idle partitions; then the idle ones' (their time still
-		// counts from the kill).
-		var wg sync.WaitGroup
-		wg.Add(1)
-		send(busy, busyP, busyIndex, &out.busy, killed, &wg)
-		if idleP != nil {
-			wg.Add(1)
-			send(idleStream, idleP, idleIndex, &out.idle, killed, &wg)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err = p.Send(sctx, &client.ProducerMessage{Payload: []byte("after the kill")})
+		cancel()
+		if err != nil {
+			b.Fatalf("first send to %s after its leader's node was killed: %v", name, err)
 		}
-		b.Logf("kill %d: %s, leader of %s partition %d%s, RSS %d MiB (%d anonymous), %d open files: ended after %v, acked after %v", kills, victim.id, busy, busyIndex,
-			idleNote(idleStream, idleIndex), rss, anon, files, ended.Sub(killed), lastOf(out.busy, out.idle))
-		busyP.Close()
-		if idleP != nil {
-			idleP.Close()
-		}
-		if b.Failed() {
-			b.FailNow()
-		}
+		out.acked = append(out.acked, time.Since(killed))
+		b.Logf("kill %d: %s, leader of %s, RSS %d MiB (%d anonymous), %d open files: ended after %v, acked after %v",
+			kills, victim.id, name, rss, anon, files, ended.Sub(killed), out.acked[len(out.acked)-1].Round(time.Millisecond))
+		p.Close()
 		victim.restart(b)
 		waitAllLed(ctx, b, c, want)
 	}
@@ -546,8 +492,9 @@ func asleepFirstSends(ctx context.Context, b *testing.B, c *client.Client, nodes
 	return out
 }
 
-// idleSet are the idle streams of failovers: awake, the small stream woken
-// before each kill; asleep, the others, with asleepCopies partitions.
+// idleSet are the idle streams: awake, the small stream woken before each
+// kill of the idle partitions' failovers; asleep, the others, with
+// asleepCopies partitions.
 type idleSet struct {
 	awake        string
 	asleep       []string
