@@ -77,16 +77,28 @@ func BenchmarkManyPartitions(b *testing.B) {
 		emptyAnon[i] = rssOf(b, n.cmd.Process.Pid, "RssAnon")
 	}
 
-	// Ten busy partitions alone.
-	const busy = "persistent://bench/many/busy"
-	if err := createStream(ctx, c, busy, busyPartitions, 3); err != nil {
+	// Ten busy partitions alone. Each series has a stream of its own,
+	// created empty: what a busy partition's log holds after its last
+	// snapshot is what a restarted node reads again (and holds in memory
+	// for a while) before its next kill, and the runs of the series alone
+	// would leave the stream of the series among the idle a different
+	// remainder.
+	const busyAlone, busy = "persistent://bench/many/busy-alone", "persistent://bench/many/busy"
+	if err := createStream(ctx, c, busyAlone, busyPartitions, 3); err != nil {
 		b.Fatal(err)
 	}
 	want := busyPartitions
 	waitAllLed(ctx, b, c, want)
-	aloneRate := busyThroughput(ctx, b, c, busy)
+	aloneRate := busyThroughput(ctx, b, c, busyAlone)
 	restartEach(ctx, b, c, nodes, want)
-	alone := failovers(ctx, b, c, nodes, busy, busyPartitions, true, 0, want)
+	alone := failovers(ctx, b, c, nodes, busyAlone, busyPartitions, true, 0, want)
+	if err := c.DeleteStream(ctx, busyAlone, true); err != nil {
+		b.Fatal(err)
+	}
+	if err := createStream(ctx, c, busy, busyPartitions, 3); err != nil {
+		b.Fatal(err)
+	}
+	waitAllLed(ctx, b, c, want)
 
 	// The idle partitions: a stream of awakePartitions, then streams of
 	// 100 (the last one smaller).
