@@ -55,7 +55,6 @@ func (g *Group) arrangeElection(servers []Server) {
 	if len(voters) < 2 || !slices.Contains(voters, self) {
 		return
 	}
-	hb := g.gate.mux.hb
 	lead := first(g.id, voters)
 	if g.gate.mux.Gone(addrOf[lead]) {
 		// Its node's process was found gone: the group could wait for
@@ -68,16 +67,22 @@ func (g *Group) arrangeElection(servers []Server) {
 		}
 	}
 	if lead == self {
-		g.gate.firstUntil.Store(time.Now().Add(firstWithin).UnixNano())
-		if hb.takeOpened(g.id) {
-			g.gate.standFirst()
-		}
+		g.gate.firstHere(time.Now())
 		return
 	}
 	addr := addrOf[lead]
 	g.gate.toldFirst.Store(&toldFirst{addr: addr, until: time.Now().Add(firstWithin)})
-	if !g.tellOpened(addr) {
+	if !g.gate.tellOpened(addr) {
 		g.tellOpenedOnceKnown(addr)
+	}
+}
+
+// firstHere makes this member its group's first: it stands once another
+// voter has the group open, within firstWithin of now.
+func (g *voteGate) firstHere(now time.Time) {
+	g.firstUntil.Store(now.Add(firstWithin).UnixNano())
+	if g.mux.hb.takeOpened(g.group) {
+		g.standFirst()
 	}
 }
 
@@ -129,16 +134,10 @@ func (g *voteGate) rearrange(now time.Time, gone map[string]time.Time) {
 	if len(alive) < 2 || !slices.Contains(alive, g.local) {
 		return
 	}
-	lead := first(g.group, alive)
-	if lead == g.local {
-		g.firstUntil.Store(now.Add(firstWithin).UnixNano())
-		if g.mux.hb.takeOpened(g.group) {
-			g.standFirst()
-		}
-		return
-	}
-	if p := g.mux.hb.peer(addrOf[lead]); p != nil && g.mux.Protocol(addrOf[lead]) >= ProtocolCatchUp {
-		p.openedLater(g.group)
+	if lead := first(g.group, alive); lead == g.local {
+		g.firstHere(now)
+	} else {
+		g.tellOpened(addrOf[lead])
 	}
 }
 
@@ -146,13 +145,13 @@ func (g *voteGate) rearrange(now time.Time, gone map[string]time.Time) {
 // round, that this member has the group open, if that node speaks
 // ProtocolCatchUp; it reports whether gossip has told what the node
 // speaks (false: nothing was done).
-func (g *Group) tellOpened(addr string) bool {
-	switch proto := g.gate.mux.Protocol(addr); {
+func (g *voteGate) tellOpened(addr string) bool {
+	switch proto := g.mux.Protocol(addr); {
 	case proto == ProtocolUnknown:
 		return false
 	case proto >= ProtocolCatchUp:
-		if p := g.gate.mux.hb.peer(addr); p != nil {
-			p.openedLater(g.id)
+		if p := g.mux.hb.peer(addr); p != nil {
+			p.openedLater(g.group)
 		}
 	}
 	return true
@@ -191,7 +190,7 @@ func (g *Group) tellOpenedOnceKnown(addr string) {
 			case <-giveUp.C:
 				return
 			case <-poll.C:
-				if g.tellOpened(addr) {
+				if g.gate.tellOpened(addr) {
 					return
 				}
 			}
